@@ -1,0 +1,245 @@
+// The one home of fp4ops' format math: E2M1 elements, E4M3 and E8M0 scales.
+//
+// Every function here is __host__ __device__ and free of torch headers, so the CPU kernels, the
+// CUDA kernels and (through the tests) the reference all meet the same code. Each conversion has a
+// software path (CPU, sm_90) and, where the chip has an instruction for it, a hardware path behind
+// the same function. SPEC.md section 1 is the contract; the tests hold both paths to it bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <cmath>
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
+#if defined(__CUDACC__)
+#define FP4OPS_HD __host__ __device__ __forceinline__
+#else
+#define FP4OPS_HD inline
+#endif
+
+// FP4OPS_HW_FP4: this device pass targets an arch-specific Blackwell chip (sm_100a, sm_103a,
+// sm_120a, sm_121a, or a family-specific 'f' target), which has cvt to and from e2m1x2.
+// A plain sm_100/sm_120 pass lacks those instructions; rather than fall back to the slow path
+// without anyone noticing, it does not compile.
+#if defined(__CUDA_ARCH__)
+#if (defined(__CUDA_ARCH_SPECIFIC__) && __CUDA_ARCH_SPECIFIC__ >= 1000) || \
+    (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000)
+#define FP4OPS_HW_FP4 1
+#elif __CUDA_ARCH__ >= 1000
+#error "fp4ops: Blackwell must be built arch-specific (sm_100a/sm_120a), e.g. FP4OPS_CUDA_ARCHS=10.0a"
+#endif
+// The E4M3 cvt exists from sm_89 on, Hopper included.
+#if __CUDA_ARCH__ >= 890
+#define FP4OPS_HW_E4M3 1
+#endif
+#endif
+
+namespace fp4ops {
+
+constexpr float kE2M1Max = 6.0f;
+constexpr float kE4M3Max = 448.0f;
+constexpr uint8_t kE4M3NaN = 0x7F;
+constexpr uint8_t kE8M0NaN = 0xFF;
+constexpr int kNvfp4Block = 16;
+constexpr int kMxfp4Block = 32;
+// 6 * 448: the NVFP4 global decode scale is amax / 2688 (SPEC 2.2).
+constexpr float kNvfp4GlobalDivisor = 2688.0f;
+
+// ---------------------------------------------------------------------------------------------
+// Bit casts and exactly rounded arithmetic. The intrinsics pin the rounding on the device so the
+// results never depend on -use_fast_math, -fmad or -prec-div; host code is built without
+// fast-math and with contraction off (python/fp4ops/_build.py).
+FP4OPS_HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+FP4OPS_HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+FP4OPS_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+FP4OPS_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+FP4OPS_HD bool is_finite_bits(uint32_t u) { return (u & 0x7F800000u) != 0x7F800000u; }
+
+// |x| for finite x, 0 for NaN/Inf: what the amax and block-max reductions take.
+FP4OPS_HD float finite_abs(float x) {
+  const uint32_t u = float_to_bits(x);
+  return is_finite_bits(u) ? bits_to_float(u & 0x7FFFFFFFu) : 0.0f;
+}
+
+// 2^k as an fp32 for k in [-127, 127] (2^-127 is the subnormal 0x00400000).
+FP4OPS_HD float exp2_int(int k) {
+  return k >= -126 ? bits_to_float(static_cast<uint32_t>(k + 127) << 23)
+                   : bits_to_float(0x00400000u >> (-127 - k));
+}
+
+// ---------------------------------------------------------------------------------------------
+// E2M1: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 for codes 0..7; bit 3 is the sign.
+
+// Software rule of SPEC 1: count the grid midpoints below |y|. Comparing the magnitude bits as
+// integers is the same order as comparing the floats and makes NaN (bits above +Inf) count all
+// seven thresholds, i.e. code 7, as the hardware does. Strict '>' at the midpoints whose lower
+// neighbour has an even mantissa and '>=' where the upper one does is round-half-to-even.
+FP4OPS_HD uint32_t e2m1_encode_sw(float y) {
+  const uint32_t u = float_to_bits(y);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  const uint32_t code = (a > 0x3E800000u)      // > 0.25
+                        + (a >= 0x3F400000u)   // >= 0.75
+                        + (a > 0x3FA00000u)    // > 1.25
+                        + (a >= 0x3FE00000u)   // >= 1.75
+                        + (a > 0x40200000u)    // > 2.5
+                        + (a >= 0x40600000u)   // >= 3.5
+                        + (a > 0x40A00000u);   // > 5.0
+  const uint32_t sign = (a > 0x7F800000u) ? 0u : (u >> 28) & 0x8u;  // NaN drops its sign
+  return code | sign;
+}
+
+// Two elements into one byte: `even` in the low nibble, `odd` in the high nibble (SPEC 1).
+FP4OPS_HD uint32_t e2m1x2_encode(float even, float odd) {
+#if defined(FP4OPS_HW_FP4)
+  uint32_t out;
+  asm("{\n\t.reg .b8 pair;\n\t"
+      "cvt.rn.satfinite.e2m1x2.f32 pair, %1, %2;\n\t"
+      "cvt.u32.u8 %0, pair;\n\t}"
+      : "=r"(out)
+      : "f"(odd), "f"(even));
+  return out;
+#else
+  return e2m1_encode_sw(even) | (e2m1_encode_sw(odd) << 4);
+#endif
+}
+
+// Decode one code exactly. The three magnitude bits placed at fp32 bits 24..22 read as
+// 2^(e-127) * (1 + m/2) (or m * 2^-127 for e = 0), which is the E2M1 value times 2^-126.
+FP4OPS_HD float e2m1_decode(uint32_t code) {
+  const float magnitude = bits_to_float((code & 0x7u) << 22) * 0x1p126f;
+  return bits_to_float(float_to_bits(magnitude) | ((code & 0x8u) << 28));
+}
+
+struct Float2 {
+  float even, odd;
+};
+
+// Decode the two elements of one byte.
+FP4OPS_HD Float2 e2m1x2_decode(uint32_t byte) {
+#if defined(FP4OPS_HW_FP4)
+  uint32_t halves;
+  asm("{\n\t.reg .b8 pair;\n\t"
+      "cvt.u8.u32 pair, %1;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %0, pair;\n\t}"
+      : "=r"(halves)
+      : "r"(byte & 0xFFu));
+  const __half2 h = *reinterpret_cast<const __half2*>(&halves);
+  return {__low2float(h), __high2float(h)};
+#else
+  return {e2m1_decode(byte & 0xFu), e2m1_decode((byte >> 4) & 0xFu)};
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// E4M3 (float8_e4m3fn): bias 7, no infinities, 0x7F/0xFF NaN, max 448, subnormal step 2^-9.
+
+// Round to nearest even, saturate finite overflow and Inf to +-448, NaN -> 0x7F.
+FP4OPS_HD uint32_t e4m3_encode_sw(float x) {
+  const uint32_t u = float_to_bits(x);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return kE4M3NaN;
+  if (a >= 0x43E00000u) return sign | 0x7Eu;  // >= 448 (and Inf): everything rounds or saturates to 448
+  if (a < 0x3C800000u) {
+    // Below 2^-6 the grid is uniform, k * 2^-9: scaling by 2^9 is exact, rintf rounds half to
+    // even, and k = 8 is exactly the smallest normal's code 0x08.
+    return sign | static_cast<uint32_t>(rintf(bits_to_float(a) * 512.0f));
+  }
+  // Normal: rebias the exponent (127 -> 7) and round the 23-bit mantissa to 3 bits; a carry out
+  // of the mantissa correctly bumps the exponent.
+  const uint32_t exponent = (a >> 23) - 120u;
+  const uint32_t mantissa = a & 0x7FFFFFu;
+  uint32_t code = (exponent << 3) | (mantissa >> 20);
+  const uint32_t rest = mantissa & 0xFFFFFu;
+  code += (rest > 0x80000u) || (rest == 0x80000u && (code & 1u));
+  return sign | code;
+}
+
+FP4OPS_HD uint32_t e4m3_encode(float x) {
+#if defined(FP4OPS_HW_E4M3)
+  uint32_t out;
+  asm("{\n\t.reg .b16 pair;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 pair, 0f00000000, %1;\n\t"
+      "cvt.u32.u16 %0, pair;\n\t}"
+      : "=r"(out)
+      : "f"(x));
+  return out & 0xFFu;
+#else
+  return e4m3_encode_sw(x);
+#endif
+}
+
+// Exact decode: the 7 magnitude bits at fp32 bits 26..20 read as the E4M3 value times 2^-120
+// (subnormals included), so one multiply by 2^120 restores it.
+FP4OPS_HD float e4m3_decode(uint32_t code) {
+  if ((code & 0x7Fu) == 0x7Fu) return bits_to_float(0x7FC00000u);
+  const float magnitude = bits_to_float((code & 0x7Fu) << 20) * 0x1p120f;
+  return bits_to_float(float_to_bits(magnitude) | ((code & 0x80u) << 24));
+}
+
+// ---------------------------------------------------------------------------------------------
+// E8M0 (float8_e8m0fnu): 2^(E-127), E = 0..254; 0xFF is NaN; code 0 is 2^-127, never 0.
+FP4OPS_HD float e8m0_decode(uint32_t code) {
+  if (code == kE8M0NaN) return bits_to_float(0x7FC00000u);
+  return exp2_int(static_cast<int>(code) - 127);
+}
+
+// MXFP4 "floor" rule (OCP MX): E = max(exponent_field(bmax) - 2, 0); bmax is finite, >= 0.
+FP4OPS_HD uint32_t e8m0_scale_floor(float bmax) {
+  const int field = static_cast<int>(float_to_bits(bmax) >> 23);
+  return field > 2 ? static_cast<uint32_t>(field - 2) : 0u;
+}
+
+// MXFP4 "rceil" rule: E = clamp(ceil(log2(bmax / 6)) + 127, 0, 254), E = 0 when bmax / 6 == 0.
+// ceil(log2 t) + 127 is the exponent field, plus one unless t is a power of two; for a
+// subnormal t = m * 2^-149 it is ceil(log2 m) - 22, which clamps to 0 or 1.
+FP4OPS_HD uint32_t e8m0_scale_rceil(float bmax) {
+  const uint32_t t = float_to_bits(div_rn(bmax, kE2M1Max));
+  if (t == 0) return 0;
+  const uint32_t field = t >> 23;
+  const uint32_t mantissa = t & 0x7FFFFFu;
+  if (field == 0) {
+    int ceil_log2_m = 0;
+    while ((1u << ceil_log2_m) < mantissa) ++ceil_log2_m;
+    return ceil_log2_m - 22 > 0 ? static_cast<uint32_t>(ceil_log2_m - 22) : 0u;
+  }
+  const uint32_t biased = field + (mantissa != 0);
+  return biased < 254u ? biased : 254u;
+}
+
+}  // namespace fp4ops

@@ -1,0 +1,88 @@
+// Argument checks and output allocation shared by the CPU and CUDA launchers. The Python wrappers
+// check the same things first (with the same words); these keep torch.ops.fp4ops.* calls safe.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "block_formats.h"
+
+namespace fp4ops {
+
+inline void check_float_input(const at::Tensor& x, const char* name) {
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
+              ": expected float32, float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(x.dim() >= 1, name, ": expected at least 1 dimension, got a 0-dim tensor");
+}
+
+inline void check_last_dim_multiple(const at::Tensor& x, const char* name, int64_t multiple) {
+  TORCH_CHECK(x.size(-1) % multiple == 0, name, ": expected the last dimension to be a multiple of ",
+              multiple, ", got ", x.size(-1));
+}
+
+inline void check_out_dtype(at::ScalarType dtype) {
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+              "dtype: expected float32, float16 or bfloat16, got ", dtype);
+}
+
+inline void check_packed(const at::Tensor& data, const char* name) {
+  TORCH_CHECK(data.scalar_type() == at::kByte, name, ": expected uint8 (packed E2M1), got ",
+              data.scalar_type());
+  TORCH_CHECK(data.dim() >= 1, name, ": expected at least 1 dimension, got a 0-dim tensor");
+}
+
+inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& ref,
+                              const char* ref_name) {
+  TORCH_CHECK(t.device() == ref.device(), name, ": expected a tensor on ", ref.device(), " (the device of ",
+              ref_name, "), got ", t.device());
+}
+
+// scales must be [..., K / block] of `dtype` for data [..., K / 2], on the same device.
+inline void check_scales(const at::Tensor& scales, const at::Tensor& data, at::ScalarType dtype,
+                         int64_t block) {
+  TORCH_CHECK(scales.scalar_type() == dtype, "scales: expected ", dtype, ", got ", scales.scalar_type());
+  check_same_device(scales, "scales", data, "data");
+  const int64_t k = data.size(-1) * 2;
+  TORCH_CHECK(k % block == 0, "data: expected the last dimension to be a multiple of ", block / 2,
+              " bytes (K a multiple of ", block, "), got ", data.size(-1));
+  auto expected = data.sizes().vec();
+  expected.back() = k / block;
+  TORCH_CHECK(scales.sizes().vec() == expected, "scales: expected shape ", at::IntArrayRef(expected),
+              " for data of shape ", data.sizes(), ", got ", scales.sizes());
+}
+
+inline void check_global_scale(const at::Tensor& global_scale, const at::Tensor& ref, const char* ref_name) {
+  TORCH_CHECK(global_scale.scalar_type() == at::kFloat, "global_scale: expected float32, got ",
+              global_scale.scalar_type());
+  TORCH_CHECK(global_scale.numel() == 1, "global_scale: expected one element, got shape ",
+              global_scale.sizes());
+  check_same_device(global_scale, "global_scale", ref, ref_name);
+}
+
+inline std::vector<int64_t> with_last_dim(const at::Tensor& t, int64_t last) {
+  auto sizes = t.sizes().vec();
+  sizes.back() = last;
+  return sizes;
+}
+
+// Outputs of a quantize: data uint8 [..., K/2], scales [..., K/block] of scale_dtype.
+struct QuantizedOutputs {
+  at::Tensor data;
+  at::Tensor scales;
+};
+
+inline QuantizedOutputs allocate_quantized(const at::Tensor& x, int64_t block, at::ScalarType scale_dtype) {
+  const int64_t k = x.size(-1);
+  return {at::empty(with_last_dim(x, k / 2), x.options().dtype(at::kByte)),
+          at::empty(with_last_dim(x, k / block), x.options().dtype(scale_dtype))};
+}
+
+inline Mxfp4ScaleRule parse_scale_rule(const std::string& scale_rule) {
+  TORCH_CHECK(scale_rule == "floor" || scale_rule == "rceil",
+              "scale_rule: expected \"floor\" or \"rceil\", got \"", scale_rule, "\"");
+  return scale_rule == "floor" ? Mxfp4ScaleRule::kFloor : Mxfp4ScaleRule::kRceil;
+}
+
+}  // namespace fp4ops

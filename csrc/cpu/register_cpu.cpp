@@ -1,0 +1,13 @@
+#include <torch/library.h>
+
+#include "kernels_cpu.h"
+
+TORCH_LIBRARY_IMPL(fp4ops, CPU, m) {
+  m.impl("amax", &fp4ops::cpu::amax);
+  m.impl("quantize_nvfp4", &fp4ops::cpu::quantize_nvfp4);
+  m.impl("quantize_mxfp4", &fp4ops::cpu::quantize_mxfp4);
+  m.impl("dequantize_nvfp4", &fp4ops::cpu::dequantize_nvfp4);
+  m.impl("dequantize_mxfp4", &fp4ops::cpu::dequantize_mxfp4);
+  m.impl("cast_to_e2m1", &fp4ops::cpu::cast_to_e2m1);
+  m.impl("cast_from_e2m1", &fp4ops::cpu::cast_from_e2m1);
+}

@@ -1,0 +1,47 @@
+// Raw CUDA element types of the inputs and outputs, and exact conversions to and from fp32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace fp4ops::cuda {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// One round-to-nearest-even from fp32 (SPEC 2.6).
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Eight elements of T moved as whole 16-byte vectors (one for 2-byte types, two for fp32).
+template <typename T>
+struct alignas(16) Vec8 {
+  T v[8];
+};
+
+template <typename T>
+__device__ __forceinline__ Vec8<T> load_vec8_streaming(const T* p) {  // p 16-byte aligned
+  Vec8<T> out;
+  const uint4* src = reinterpret_cast<const uint4*>(p);
+  uint4* dst = reinterpret_cast<uint4*>(&out);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(Vec8<T>) / 16); ++i) dst[i] = __ldcs(src + i);
+  return out;
+}
+
+template <typename T>
+__device__ __forceinline__ void store_vec8(T* p, const Vec8<T>& value) {  // p 16-byte aligned
+  const uint4* src = reinterpret_cast<const uint4*>(&value);
+  uint4* dst = reinterpret_cast<uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(Vec8<T>) / 16); ++i) dst[i] = src[i];
+}
+
+}  // namespace fp4ops::cuda

@@ -1,0 +1,42 @@
+// Host-side helpers for the CUDA launchers: dtype -> raw CUDA type dispatch and grid sizing.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace fp4ops::cuda {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) with T the raw CUDA type of a float32/float16/bfloat16 dtype.
+template <typename Fn>
+void dispatch_float_type(at::ScalarType dtype, const char* name, Fn&& fn) {
+  switch (dtype) {
+    case at::kFloat: return fn(TypeTag<float>{});
+    case at::kHalf: return fn(TypeTag<__half>{});
+    case at::kBFloat16: return fn(TypeTag<__nv_bfloat16>{});
+    default: TORCH_CHECK(false, name, ": expected float32, float16 or bfloat16, got ", dtype);
+  }
+}
+
+inline bool is_aligned(const void* p, std::uintptr_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// Grid for a grid-stride loop over `work_items`: enough blocks to fill every SM several times
+// over, never more than the work needs.
+inline unsigned grid_for(int64_t work_items, int threads_per_block) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t wanted = (work_items + threads_per_block - 1) / threads_per_block;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
+}
+
+}  // namespace fp4ops::cuda

@@ -1,0 +1,30 @@
+// Every fp4ops operator schema, in one place. Kernels register per dispatch key in
+// cpu/register_cpu.cpp and cuda/register_cuda.cu; fakes live in python/fp4ops/_meta.py.
+#include <Python.h>
+#include <torch/library.h>
+
+// Importing the AOT-built module `fp4ops._C` runs the static registrations below; the module
+// itself exposes nothing.
+extern "C" {
+PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}
+}
+
+TORCH_LIBRARY(fp4ops, m) {
+  // SPEC 2.1: max |x| over the finite elements, fp32 0-dim (0 when none is finite).
+  m.def("amax(Tensor x) -> Tensor");
+  // SPEC 2: x [..., K] -> (data uint8 [..., K/2], scales float8_e4m3fn [..., K/16],
+  // global_scale fp32 0-dim). global_scale None computes amax / 2688 on the tensor's device.
+  m.def("quantize_nvfp4(Tensor x, Tensor? global_scale) -> (Tensor, Tensor, Tensor)");
+  // SPEC 3: x [..., K] -> (data uint8 [..., K/2], scales float8_e8m0fnu [..., K/32]);
+  // scale_rule is "floor" or "rceil".
+  m.def("quantize_mxfp4(Tensor x, str scale_rule) -> (Tensor, Tensor)");
+  // SPEC 2.6 / 3: back to fp32, fp16 or bf16 [..., K].
+  m.def("dequantize_nvfp4(Tensor data, Tensor scales, Tensor global_scale, ScalarType dtype) -> Tensor");
+  m.def("dequantize_mxfp4(Tensor data, Tensor scales, ScalarType dtype) -> Tensor");
+  // SPEC 1 with no scaling: x [..., K] (K even) <-> packed E2M1 uint8 [..., K/2].
+  m.def("cast_to_e2m1(Tensor x) -> Tensor");
+  m.def("cast_from_e2m1(Tensor data, ScalarType dtype) -> Tensor");
+}

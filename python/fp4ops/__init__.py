@@ -1,0 +1,34 @@
+"""fp4ops: exact NVFP4 / MXFP4 quantize, dequantize and casts as PyTorch operators.
+
+Every function is a thin, checked wrapper over a torch.ops.fp4ops.* operator with CPU, CUDA and
+fake kernels; `fp4ops.reference` is the same contract (SPEC.md) in plain PyTorch.
+"""
+
+from ._loader import load_extension as _load_extension
+
+BUILD = _load_extension()  # 'aot', 'jit-cuda' or 'jit-cpu'
+
+from . import _meta  # noqa: E402  (fakes need the schemas registered above)
+from . import reference  # noqa: E402
+from .ops import (  # noqa: E402
+    amax,
+    cast_from_e2m1,
+    cast_to_e2m1,
+    dequantize,
+    quantize_mxfp4,
+    quantize_nvfp4,
+)
+from .tensor import MXFP4Tensor, NVFP4Tensor  # noqa: E402
+
+__all__ = [
+    "MXFP4Tensor",
+    "NVFP4Tensor",
+    "amax",
+    "cast_from_e2m1",
+    "cast_to_e2m1",
+    "dequantize",
+    "quantize_mxfp4",
+    "quantize_nvfp4",
+    "reference",
+]
+__version__ = "0.1.0"

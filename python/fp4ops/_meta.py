@@ -1,0 +1,49 @@
+"""Fake (meta) kernels: output shapes and dtypes only, for torch.compile and FakeTensor tracing."""
+
+from __future__ import annotations
+
+import torch
+
+from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, packed_shape, scale_shape, unpacked_shape
+
+
+@torch.library.register_fake("fp4ops::amax")
+def _amax_fake(x):
+    return x.new_empty((), dtype=torch.float32)
+
+
+@torch.library.register_fake("fp4ops::quantize_nvfp4")
+def _quantize_nvfp4_fake(x, global_scale):
+    return (
+        x.new_empty(packed_shape(x.shape), dtype=torch.uint8),
+        x.new_empty(scale_shape(x.shape, NVFP4_BLOCK), dtype=torch.float8_e4m3fn),
+        x.new_empty((), dtype=torch.float32),
+    )
+
+
+@torch.library.register_fake("fp4ops::quantize_mxfp4")
+def _quantize_mxfp4_fake(x, scale_rule):
+    return (
+        x.new_empty(packed_shape(x.shape), dtype=torch.uint8),
+        x.new_empty(scale_shape(x.shape, MXFP4_BLOCK), dtype=torch.float8_e8m0fnu),
+    )
+
+
+@torch.library.register_fake("fp4ops::dequantize_nvfp4")
+def _dequantize_nvfp4_fake(data, scales, global_scale, dtype):
+    return data.new_empty(unpacked_shape(data.shape), dtype=dtype)
+
+
+@torch.library.register_fake("fp4ops::dequantize_mxfp4")
+def _dequantize_mxfp4_fake(data, scales, dtype):
+    return data.new_empty(unpacked_shape(data.shape), dtype=dtype)
+
+
+@torch.library.register_fake("fp4ops::cast_to_e2m1")
+def _cast_to_e2m1_fake(x):
+    return x.new_empty(packed_shape(x.shape), dtype=torch.uint8)
+
+
+@torch.library.register_fake("fp4ops::cast_from_e2m1")
+def _cast_from_e2m1_fake(data, dtype):
+    return data.new_empty(unpacked_shape(data.shape), dtype=dtype)

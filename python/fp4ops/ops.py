@@ -1,0 +1,152 @@
+"""The public functions: checked, thin wrappers over torch.ops.fp4ops.* (SPEC section 6).
+
+Errors use the same words as the C++ checks: the argument, what was expected, what was given.
+Wrong types and dtypes raise TypeError; wrong values, shapes and devices raise ValueError.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, scale_shape, unpacked_shape
+from .tensor import MXFP4Tensor, NVFP4Tensor
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SCALE_RULES = ("floor", "rceil")
+SCALE_LAYOUTS = ("linear",)
+_FLT_MAX = torch.finfo(torch.float32).max
+_FLT_HALF_MIN_SUBNORMAL = 2.0**-150  # anything above rounds to a non-zero fp32
+
+
+def _check_tensor(x, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+
+
+def _check_float_input(x, name: str = "x") -> None:
+    _check_tensor(x, name)
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected float32, float16 or bfloat16, got {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError(f"{name}: expected at least 1 dimension, got a 0-dim tensor")
+
+
+def _check_last_dim_multiple(x: torch.Tensor, multiple: int, what: str, name: str = "x") -> None:
+    if x.shape[-1] % multiple != 0:
+        raise ValueError(f"{name}: expected the last dimension to be a multiple of {multiple} ({what}), got {x.shape[-1]}")
+
+
+def _check_out_dtype(dtype) -> None:
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: expected torch.float32, torch.float16 or torch.bfloat16, got {dtype}")
+
+
+def _check_scale_layout(scale_layout) -> None:
+    if scale_layout == "swizzled":
+        raise NotImplementedError("scale_layout: 'swizzled' is not available yet; use 'linear'")
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout: expected 'linear', got {scale_layout!r}")
+
+
+def _global_scale_tensor(global_scale, x: torch.Tensor):
+    """None (computed from amax), a finite Python number > 0, or a trusted fp32 one-element tensor."""
+    if global_scale is None:
+        return None
+    if isinstance(global_scale, torch.Tensor):
+        if global_scale.dtype != torch.float32:
+            raise TypeError(f"global_scale: expected a float32 tensor, got {global_scale.dtype}")
+        if global_scale.numel() != 1:
+            raise ValueError(f"global_scale: expected one element, got shape {tuple(global_scale.shape)}")
+        if global_scale.device != x.device:
+            raise ValueError(f"global_scale: expected a tensor on {x.device} (the device of x), got {global_scale.device}")
+        return global_scale
+    if isinstance(global_scale, bool) or not isinstance(global_scale, (int, float)):
+        raise TypeError(f"global_scale: expected None, a float or a float32 tensor, got {type(global_scale).__name__}")
+    # Written as one comparison chain so NaN fails it too; the bounds are fp32's.
+    if not (_FLT_HALF_MIN_SUBNORMAL < global_scale <= _FLT_MAX):
+        raise ValueError(f"global_scale: expected a finite value > 0 (as float32), got {global_scale}")
+    return torch.full((), global_scale, dtype=torch.float32, device=x.device)
+
+
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """max |x| over the finite elements of x (0 if none), as a float32 0-dim tensor on x's device."""
+    _check_float_input(x)
+    return torch.ops.fp4ops.amax(x)
+
+
+def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear") -> NVFP4Tensor:
+    """NVFP4-quantize x [..., K] (K a multiple of 16) along its last dimension.
+
+    global_scale is the *decode* scale g (x ~= e2m1 * e4m3_scale * g). None computes
+    g = amax(x) / 2688 on x's device without a host sync; a Python number must be finite and
+    > 0; a tensor is trusted as is (a non-positive or non-finite one makes every scale NaN).
+    Note: vLLM/FlashInfer/TensorRT-LLM call 2688 / amax (= 1 / g) their "global scale".
+    """
+    _check_float_input(x)
+    _check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
+    _check_scale_layout(scale_layout)
+    data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x, _global_scale_tensor(global_scale, x))
+    return NVFP4Tensor(data, scales, g, scale_layout)
+
+
+def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: str = "linear") -> MXFP4Tensor:
+    """MXFP4-quantize x [..., K] (K a multiple of 32); scale_rule "floor" (OCP) or "rceil"."""
+    _check_float_input(x)
+    _check_last_dim_multiple(x, MXFP4_BLOCK, "the MXFP4 block")
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
+    _check_scale_layout(scale_layout)
+    data, scales = torch.ops.fp4ops.quantize_mxfp4(x, scale_rule)
+    return MXFP4Tensor(data, scales, scale_layout)
+
+
+def _check_quantized(q, block: int, scale_dtype: torch.dtype) -> None:
+    _check_tensor(q.data, "data")
+    if q.data.dtype != torch.uint8:
+        raise TypeError(f"data: expected uint8 (packed E2M1), got {q.data.dtype}")
+    if q.data.dim() < 1:
+        raise ValueError("data: expected at least 1 dimension, got a 0-dim tensor")
+    if q.scales.dtype != scale_dtype:
+        raise TypeError(f"scales: expected {scale_dtype}, got {q.scales.dtype}")
+    logical = unpacked_shape(q.data.shape)
+    _check_last_dim_multiple(q.data, block // 2, f"K a multiple of {block}", name="data")
+    if tuple(q.scales.shape) != scale_shape(logical, block):
+        raise ValueError(f"scales: expected shape {scale_shape(logical, block)} for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
+    if q.scales.device != q.data.device:
+        raise ValueError(f"scales: expected a tensor on {q.data.device} (the device of data), got {q.scales.device}")
+    _check_scale_layout(q.scale_layout)
+
+
+def dequantize(q, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """NVFP4Tensor or MXFP4Tensor -> dense [..., K] of dtype (float32, float16 or bfloat16)."""
+    _check_out_dtype(dtype)
+    if isinstance(q, NVFP4Tensor):
+        _check_quantized(q, NVFP4_BLOCK, torch.float8_e4m3fn)
+        g = _global_scale_tensor(q.global_scale, q.data)
+        if g is None:
+            raise TypeError("global_scale: expected a float32 tensor, got None")
+        return torch.ops.fp4ops.dequantize_nvfp4(q.data, q.scales, g, dtype)
+    if isinstance(q, MXFP4Tensor):
+        _check_quantized(q, MXFP4_BLOCK, torch.float8_e8m0fnu)
+        return torch.ops.fp4ops.dequantize_mxfp4(q.data, q.scales, dtype)
+    raise TypeError(f"q: expected an NVFP4Tensor or MXFP4Tensor, got {type(q).__name__}")
+
+
+def cast_to_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """Round each element to E2M1 (no scaling; SPEC 1) and pack pairs: [..., K] -> uint8 [..., K/2]."""
+    _check_float_input(x)
+    _check_last_dim_multiple(x, 2, "two E2M1 codes per byte")
+    return torch.ops.fp4ops.cast_to_e2m1(x)
+
+
+def cast_from_e2m1(data: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Unpack E2M1 pairs exactly: uint8 (or float4_e2m1fn_x2) [..., N] -> dtype [..., 2N]."""
+    _check_tensor(data, "data")
+    if data.dtype == torch.float4_e2m1fn_x2:
+        data = data.view(torch.uint8)
+    if data.dtype != torch.uint8:
+        raise TypeError(f"data: expected uint8 or torch.float4_e2m1fn_x2 (packed E2M1), got {data.dtype}")
+    if data.dim() < 1:
+        raise ValueError("data: expected at least 1 dimension, got a 0-dim tensor")
+    _check_out_dtype(dtype)
+    return torch.ops.fp4ops.cast_from_e2m1(data, dtype)

@@ -1,0 +1,174 @@
+"""SPEC.md in plain PyTorch, written for clarity rather than speed.
+
+This module shares no code with the C++/CUDA kernels and formulates the rules differently where it
+can (E2M1 rounding as "nearest grid point, ties to the even code" instead of the kernels'
+threshold count), so the exact tests that compare the two check the contract, not a copy of it.
+Every function works on any device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E4M3_MAX = 448.0
+NVFP4_BLOCK = 16
+MXFP4_BLOCK = 32
+E4M3_NAN_CODE = 0x7F
+E8M0_NAN_CODE = 0xFF
+
+
+# ----------------------------------------------------------------------------------------------
+# Element and scale codes (SPEC 1)
+
+
+def e2m1_encode(y: torch.Tensor) -> torch.Tensor:
+    """fp32 -> one E2M1 code per element (uint8 0..15), as cvt.rn.satfinite.e2m1x2.f32."""
+    y = y.float()
+    grid = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float64, device=y.device)
+    # |y| in float64 is exact, and so is every distance to the grid below 8.
+    a = y.abs().double().clamp(max=6.0).unsqueeze(-1)
+    distance = (a - grid).abs()
+    nearest = distance.min(dim=-1, keepdim=True).values
+    candidates = distance == nearest  # one grid point, or two at a tie
+    # At a tie pick the code with an even mantissa bit (code & 1 == 0): round half to even.
+    code_ids = torch.arange(8, device=y.device)
+    preference = torch.where(candidates, code_ids % 2 * 8 + code_ids, 100)  # even codes first
+    magnitude_code = preference.argmin(dim=-1).to(torch.uint8)
+    sign = torch.signbit(y).to(torch.uint8) << 3
+    code = magnitude_code | sign
+    return torch.where(torch.isnan(y), torch.full_like(code, 0x7), code)  # NaN of either sign -> +6
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (uint8 0..15) -> fp32, exactly; code 8 is -0.0."""
+    table = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=codes.device)
+    magnitude = table[(codes & 0x7).long()]
+    return torch.where((codes & 0x8) != 0, -magnitude, magnitude)
+
+
+def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """[..., K] codes -> [..., K/2] bytes, element 2i in the low nibble."""
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """[..., K/2] bytes -> [..., K] codes."""
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)
+
+
+def e4m3_encode(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> float8_e4m3fn with cvt.rn.satfinite semantics: saturate to +-448, NaN -> 0x7F."""
+    x = x.float()
+    # torch's cast rounds to nearest even (subnormals included) but does not saturate.
+    codes = x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+    return torch.where(torch.isnan(x), torch.full_like(codes, E4M3_NAN_CODE), codes).view(torch.float8_e4m3fn)
+
+
+def e4m3_decode(scales: torch.Tensor) -> torch.Tensor:
+    return scales.view(torch.float8_e4m3fn).float()
+
+
+def e8m0_decode(scales: torch.Tensor) -> torch.Tensor:
+    """E8M0 -> fp32: 2^(E-127), code 0 is 2^-127 (not 0), 0xFF is NaN."""
+    e = scales.view(torch.uint8).double()
+    value = torch.exp2(e - 127.0)  # exact in float64, and exactly representable in fp32
+    return torch.where(e == E8M0_NAN_CODE, torch.nan, value).float()
+
+
+# ----------------------------------------------------------------------------------------------
+# NVFP4 (SPEC 2)
+
+
+def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    return x.float().reshape(*x.shape[:-1], x.shape[-1] // block, block)
+
+
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """max |x| over the finite elements (0 if none), fp32 0-dim."""
+    a = x.float().abs()
+    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+    return a.max() if a.numel() else torch.zeros((), dtype=torch.float32, device=x.device)
+
+
+def nvfp4_global_scale(amax_value: torch.Tensor) -> torch.Tensor:
+    """g = amax / 2688, or 1 when that is 0."""
+    g = amax_value.float() / 2688.0
+    return torch.where(g == 0, torch.ones_like(g), g)
+
+
+def quantize_nvfp4(x: torch.Tensor, global_scale: torch.Tensor | float | None = None):
+    """x [..., K] -> (data uint8 [..., K/2], scales float8_e4m3fn [..., K/16], global_scale fp32 0-dim)."""
+    if global_scale is None:
+        g = nvfp4_global_scale(amax(x))
+    else:
+        g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
+    blocks = _blocks(x, NVFP4_BLOCK)
+    finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
+    g_valid = (g > 0) & torch.isfinite(g)
+    block_max = torch.where(finite, blocks.abs(), 0.0).amax(dim=-1, keepdim=True)
+    scales = e4m3_encode((block_max / 6.0) / g)
+    scale_nan = ~finite | ~g_valid
+    scales = torch.where(scale_nan, E4M3_NAN_CODE, scales.view(torch.uint8)).to(torch.uint8)
+    decoded = e4m3_decode(scales)
+    flt_max = torch.finfo(torch.float32).max
+    multiplier = torch.where(decoded == 0, 0.0, (1.0 / (decoded * g)).clamp(max=flt_max))
+    codes = e2m1_encode(blocks * multiplier)
+    codes = torch.where(scale_nan, 0, codes).to(torch.uint8)
+    data = pack_e2m1(codes.flatten(-2))
+    return data, scales.squeeze(-1).view(torch.float8_e4m3fn), g.clone()
+
+
+def dequantize_nvfp4(data, scales, global_scale, dtype=torch.bfloat16) -> torch.Tensor:
+    factor = e4m3_decode(scales) * global_scale.float().reshape(())  # f = dec(sb) * g, per block
+    values = _blocks(e2m1_decode(unpack_e2m1(data)), NVFP4_BLOCK) * factor.unsqueeze(-1)
+    return values.flatten(-2).to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# MXFP4 (SPEC 3)
+
+
+def mxfp4_scale_exponent(block_max: torch.Tensor, scale_rule: str = "floor") -> torch.Tensor:
+    """The E8M0 code E (int64) of a block whose finite max magnitude is block_max (fp32)."""
+    if scale_rule == "floor":
+        # floor(log2 bmax) + 127 is the fp32 exponent field for normal numbers; subnormals and 0 -> E 0.
+        mantissa, exponent = torch.frexp(block_max.double())  # bmax = mantissa * 2^exponent, mantissa in [0.5, 1)
+        e = exponent.long() - 1 + 127 - 2
+        e = torch.where(block_max < torch.finfo(torch.float32).tiny, 0, e)
+        return e.clamp(min=0)
+    if scale_rule == "rceil":
+        t = (block_max.float() / 6.0).double()
+        mantissa, exponent = torch.frexp(t)
+        ceil_log2 = torch.where(mantissa == 0.5, exponent.long() - 1, exponent.long())
+        return torch.where(t == 0, 0, (ceil_log2 + 127).clamp(0, 254))
+    raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
+
+
+def quantize_mxfp4(x: torch.Tensor, scale_rule: str = "floor"):
+    """x [..., K] -> (data uint8 [..., K/2], scales float8_e8m0fnu [..., K/32])."""
+    blocks = _blocks(x, MXFP4_BLOCK)
+    finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
+    block_max = torch.where(finite, blocks.abs(), 0.0).amax(dim=-1, keepdim=True)
+    e = mxfp4_scale_exponent(block_max, scale_rule)
+    multiplier = torch.exp2(127.0 - e.double()).float()  # 2^(127-E), exact in fp32
+    codes = torch.where(finite, e2m1_encode(blocks * multiplier), 0).to(torch.uint8)
+    scales = torch.where(finite, e, E8M0_NAN_CODE).to(torch.uint8)
+    return pack_e2m1(codes.flatten(-2)), scales.squeeze(-1).view(torch.float8_e8m0fnu)
+
+
+def dequantize_mxfp4(data, scales, dtype=torch.bfloat16) -> torch.Tensor:
+    values = _blocks(e2m1_decode(unpack_e2m1(data)), MXFP4_BLOCK) * e8m0_decode(scales).unsqueeze(-1)
+    return values.flatten(-2).to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Unscaled casts
+
+
+def cast_to_e2m1(x: torch.Tensor) -> torch.Tensor:
+    return pack_e2m1(e2m1_encode(x))
+
+
+def cast_from_e2m1(data: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
+    return e2m1_decode(unpack_e2m1(data)).to(dtype)

@@ -1,0 +1,62 @@
+"""Quantized tensor containers: packed E2M1 data plus scales, with the logical shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._shapes import unpacked_shape
+
+
+class _PackedE2M1:
+    """What both formats share: `data` is uint8 [..., K/2], element 2i in the low nibble."""
+
+    data: torch.Tensor
+    scale_layout: str
+
+    @property
+    def shape(self) -> torch.Size:
+        """The logical shape [..., K] of the quantized tensor."""
+        return torch.Size(unpacked_shape(self.data.shape))
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @property
+    def float4_data(self) -> torch.Tensor:
+        """`data` viewed as torch.float4_e2m1fn_x2 (same memory, same packing)."""
+        return self.data.view(torch.float4_e2m1fn_x2)
+
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        from .ops import dequantize
+
+        return dequantize(self, dtype)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={tuple(self.shape)}, device={self.device}, scale_layout={self.scale_layout!r})"
+
+
+@dataclass(frozen=True, repr=False)
+class NVFP4Tensor(_PackedE2M1):
+    """NVFP4 (SPEC 2): E2M1 elements, one float8_e4m3fn scale per 16, one fp32 global scale.
+
+    `global_scale` is a *decode* scale (the ModelOpt/torchao convention):
+    x ~= e2m1 * scale * global_scale, with global_scale = amax / 2688 by default.
+    vLLM, FlashInfer and TensorRT-LLM pass its reciprocal (2688 / amax) as their "global scale".
+    """
+
+    data: torch.Tensor  # uint8 [..., K/2]
+    scales: torch.Tensor  # float8_e4m3fn [..., K/16]
+    global_scale: torch.Tensor  # float32, 0-dim, on data's device
+    scale_layout: str = "linear"
+
+
+@dataclass(frozen=True, repr=False)
+class MXFP4Tensor(_PackedE2M1):
+    """MXFP4 (SPEC 3, OCP MX v1.0): E2M1 elements, one float8_e8m0fnu scale per 32."""
+
+    data: torch.Tensor  # uint8 [..., K/2]
+    scales: torch.Tensor  # float8_e8m0fnu [..., K/32]
+    scale_layout: str = "linear"
