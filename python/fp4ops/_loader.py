@@ -7,6 +7,8 @@ import importlib
 import importlib.util
 import sys
 
+import torch  # noqa: F401  (loads libtorch, which the extension links against)
+
 from . import _build
 
 JIT_NAME = "fp4ops_jit"

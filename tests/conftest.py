@@ -1,0 +1,89 @@
+"""Shared fixtures: fresh random seeds, devices, the edge-case matrix and exact comparisons."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import fp4ops
+
+HAS_CUDA = torch.cuda.is_available()
+FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+FLT_MAX = torch.finfo(torch.float32).max
+FLT_TINY = torch.finfo(torch.float32).tiny
+
+requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed():
+    """Every test draws new random data; the seed is printed so a failure can be replayed."""
+    seed = int(os.environ.get("FP4OPS_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+    torch.manual_seed(seed)
+    print(f"seed={seed} (replay with FP4OPS_TEST_SEED={seed})")
+    return seed
+
+
+def cuda_has_kernel(op_name: str) -> bool:
+    return HAS_CUDA and torch._C._dispatch_has_kernel_for_dispatch_key(f"fp4ops::{op_name}", "CUDA")
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of a uint8/fp8 tensor, for exact comparisons."""
+    return t.view(torch.uint8) if t.dtype != torch.uint8 else t
+
+
+def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, what: str = "") -> None:
+    a, e = as_bytes(actual).cpu(), as_bytes(expected).cpu()
+    assert a.shape == e.shape, f"{what}: shape {tuple(a.shape)} != {tuple(e.shape)}"
+    mismatch = (a != e).nonzero()
+    assert mismatch.numel() == 0, (
+        f"{what}: {mismatch.shape[0]} of {a.numel()} bytes differ; first at {mismatch[0].tolist()}: "
+        f"{a[tuple(mismatch[0])].item():#04x} != {e[tuple(mismatch[0])].item():#04x}"
+    )
+
+
+def assert_exact(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Values equal exactly (rtol=0, atol=0), NaN where the other is NaN, same dtype and shape."""
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=0, atol=0, equal_nan=True)
+    # assert_close treats -0.0 == 0.0; the sign of zero is part of the contract too.
+    signs_differ = torch.signbit(actual.cpu()) != torch.signbit(expected.cpu())
+    both_nan = torch.isnan(actual.cpu()) & torch.isnan(expected.cpu())
+    assert not (signs_differ & ~both_nan).any(), "sign of zero differs"
+
+
+def _ties(k: int) -> torch.Tensor:
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0])
+    row = torch.cat([ties, -ties]).repeat(k // 16)
+    return row.reshape(1, k)
+
+
+def edge_cases(k: int) -> dict[str, torch.Tensor]:
+    """The foundation issue's edge-case matrix, as fp32 tensors with last dimension k (a multiple
+    of 32), fresh random values where the case has any."""
+    n = 4 * k
+    randn = torch.randn(3, k)
+    cases = {
+        "random_normal": randn,
+        "heavy_tailed": torch.distributions.StudentT(2.0).sample((5, k)),
+        "wide_magnitudes": torch.randn(6, k) * torch.exp2(torch.randint(-140, 120, (6, k)).float()),
+        "all_zero": torch.zeros(2, k),
+        "negative_zero": torch.full((2, k), -0.0),
+        "zero_blocks": randn * (torch.arange(k) // 16 % 2 == 0),
+        "nan_inf_blocks": randn.clone().index_put_((torch.tensor([0, 1, 2]), torch.tensor([0, 17, 33 % k])),
+                                                  torch.tensor([float("nan"), float("inf"), -float("inf")])),
+        "subnormal_only": torch.randint(-(2**23) + 1, 2**23, (2, k), dtype=torch.int32).view(torch.float32).abs()
+        * torch.where(torch.rand(2, k) < 0.5, -1.0, 1.0),
+        "near_flt_max": FLT_MAX * (1 - torch.rand(2, k) * 2.0**-10) * torch.sign(torch.randn(2, k)),
+        "tiny_beside_large": torch.where(torch.arange(k) < k // 2, torch.randn(2, k) * 1e-30, torch.randn(2, k) * 1e30),
+        "ties": _ties(k) * torch.exp2(torch.randint(-8, 9, (1, 1)).float()),
+        "grid_values_scaled": torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6]).repeat(n // 8).reshape(4, k)
+        * torch.exp2(torch.randint(-20, 20, (4, 1)).float()),
+        "ragged_leading_dims": torch.randn(3, 5, 7, k),
+        "one_row": torch.randn(1, k),
+        "empty_rows": torch.randn(0, k),
+    }
+    return cases

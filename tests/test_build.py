@@ -1,0 +1,48 @@
+"""The build module: architecture parsing and gencodes (no compiler needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp4ops import _build
+
+
+def test_default_gencodes_include_arch_specific_blackwell():
+    flags = _build.gencode_flags(list(_build.DEFAULT_CUDA_ARCHS))
+    assert flags == [
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_100a,code=sm_100a",
+        "-gencode=arch=compute_120a,code=sm_120a",
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec, archs",
+    [
+        ("9.0", ["9.0"]),
+        ("9.0;10.0;12.0", ["9.0", "10.0a", "12.0a"]),
+        ("9.0 12.0+PTX", ["9.0", "12.0a"]),
+        ("10.0f,9.0,9.0", ["10.0f", "9.0"]),
+    ],
+)
+def test_parse_cuda_archs(spec, archs):
+    assert _build.parse_cuda_archs(spec) == archs
+
+
+@pytest.mark.parametrize("spec", ["7.5", "sm_90", "", "9"])
+def test_parse_cuda_archs_rejects(spec):
+    with pytest.raises(ValueError, match="FP4OPS_CUDA_ARCHS"):
+        _build.parse_cuda_archs(spec)
+
+
+def test_environment_overrides(monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "12.0")
+    monkeypatch.delenv("FP4OPS_CUDA_ARCHS", raising=False)
+    assert _build.cuda_archs() == ["12.0a"]
+    monkeypatch.setenv("FP4OPS_CUDA_ARCHS", "9.0")
+    assert _build.cuda_archs() == ["9.0"]
+
+
+def test_host_flags_keep_fp32_rounding_exact():
+    assert "-ffp-contract=off" in _build.host_flags()
+    assert not any("fast-math" in f and "no" not in f for f in _build.host_flags() + _build.nvcc_flags(["9.0"]))

@@ -1,0 +1,77 @@
+"""torch.library.opcheck over every op and sample: schema, fake kernel, dispatch, aliasing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HAS_CUDA, cuda_has_kernel
+
+import fp4ops  # noqa: F401  (registers the ops)
+
+ops = torch.ops.fp4ops
+
+
+def samples(device: str):
+    """(op name, args) pairs covering every op, input dtype, output dtype and option."""
+    out = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(3, 64, device=device, dtype=dtype)
+        batched = torch.randn(2, 3, 32, device=device, dtype=dtype)
+        out += [
+            ("amax", (x,)),
+            ("quantize_nvfp4", (x, None)),
+            ("quantize_nvfp4", (batched, torch.tensor(0.01, device=device))),
+            ("quantize_mxfp4", (x, "floor")),
+            ("quantize_mxfp4", (batched, "rceil")),
+            ("cast_to_e2m1", (x,)),
+        ]
+        data = torch.randint(0, 256, (3, 32), dtype=torch.uint8, device=device)
+        e4m3 = torch.randint(0, 0x7F, (3, 4), dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
+        e8m0 = torch.randint(100, 150, (3, 2), dtype=torch.uint8, device=device).view(torch.float8_e8m0fnu)
+        out += [
+            ("dequantize_nvfp4", (data, e4m3, torch.tensor(0.5, device=device), dtype)),
+            ("dequantize_mxfp4", (data, e8m0, dtype)),
+            ("cast_from_e2m1", (data, dtype)),
+        ]
+    out.append(("quantize_nvfp4", (torch.empty(0, 16, device=device), None)))
+    return out
+
+
+# opcheck's schema test compares each input before and after the call with torch.allclose, which
+# torch does not implement for float8 tensors on the CPU; for the ops whose inputs include float8
+# scales it runs every other test (fake kernel, dispatch, AOT) and the test below checks mutation.
+ALL_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e8m0fnu)
+
+
+def opcheck_utils(args) -> tuple[str, ...]:
+    has_float8 = any(isinstance(a, torch.Tensor) and a.dtype in FLOAT8 for a in args)
+    return ALL_TESTS[1:] if has_float8 else ALL_TESTS
+
+
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_every_op(device):
+    checked = set()
+    for name, args in samples(device):
+        if device == "cuda" and not cuda_has_kernel(name):
+            continue
+        torch.library.opcheck(getattr(ops, name).default, args, test_utils=opcheck_utils(args))
+        checked.add(name)
+    expected = {n for n, _ in samples("cpu")} if device == "cpu" else checked
+    assert checked == expected and checked
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dequantize_leaves_float8_inputs_untouched(device):
+    for name, args in samples(device):
+        if not name.startswith("dequantize") or (device == "cuda" and not cuda_has_kernel(name)):
+            continue
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        out = getattr(ops, name)(*args)
+        for a, b in zip(args, before):
+            if isinstance(a, torch.Tensor):
+                assert torch.equal(a.view(torch.uint8) if a.dtype in FLOAT8 else a, b.view(torch.uint8) if b.dtype in FLOAT8 else b)
+                assert out.data_ptr() != a.data_ptr()
