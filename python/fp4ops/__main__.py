@@ -1,0 +1,13 @@
+"""`python -m fp4ops`: the main job (see fp4ops.demo)."""
+
+import argparse
+
+from .demo import main
+
+parser = argparse.ArgumentParser(prog="python -m fp4ops", description=__doc__)
+parser.add_argument("--rows", type=int, default=4096)
+parser.add_argument("--cols", type=int, default=4096, help="a multiple of 32")
+parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--device", default=None, help="cpu or cuda (default: the best one present)")
+args = parser.parse_args()
+main(args.rows, args.cols, args.seed, args.device)

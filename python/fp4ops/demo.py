@@ -1,0 +1,93 @@
+"""The main job of `python -m fp4ops`: quantize a built-in, seeded, weight-like matrix in every
+format on the best device present and report quality and speed."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from . import ops
+
+
+def weight_like_sample(rows: int, cols: int, seed: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """A heavy-tailed matrix shaped like an LLM linear weight: Student-t entries (df = 3), row
+    scales spread log-normally, and a few outlier input channels 20x larger than the rest."""
+    gen = torch.Generator().manual_seed(seed)
+    # Student-t with 3 degrees of freedom: z / sqrt(chi^2_3 / 3).
+    z = torch.randn(rows, cols, generator=gen)
+    chi2 = torch.randn(3, rows, cols, generator=gen).square().sum(0)
+    body = z / (chi2 / 3).sqrt()
+    row_scale = torch.exp(0.5 * torch.randn(rows, 1, generator=gen)) * 0.02
+    outliers = torch.ones(cols)
+    outliers[torch.randperm(cols, generator=gen)[: max(1, cols // 256)]] = 20.0
+    return (body * row_scale * outliers).to(dtype)
+
+
+def best_device() -> torch.device:
+    """CUDA when a GPU is present and the quantize kernels are built for it, else the CPU."""
+    if torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("fp4ops::quantize_nvfp4", "CUDA"):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+@dataclass
+class Row:
+    name: str
+    sqnr_db: float
+    max_abs_error: float
+    time_us: float
+    gb_per_s: float
+
+
+def _time_us(fn, device: torch.device, repeats: int = 20) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def sqnr_db(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    return float(10 * torch.log10(x.square().sum() / (x - y).square().sum()))
+
+
+def run(rows: int = 4096, cols: int = 4096, seed: int = 0, device: torch.device | None = None) -> list[Row]:
+    device = device or best_device()
+    x = weight_like_sample(rows, cols, seed).to(device)
+    variants = {
+        "NVFP4 (own amax)": lambda: ops.quantize_nvfp4(x),
+        "MXFP4 floor": lambda: ops.quantize_mxfp4(x, scale_rule="floor"),
+        "MXFP4 rceil": lambda: ops.quantize_mxfp4(x, scale_rule="rceil"),
+    }
+    results = []
+    for name, quantize in variants.items():
+        q = quantize()
+        y = q.dequantize(torch.float32)
+        moved = x.numel() * x.element_size() + q.data.numel() + q.scales.numel()
+        t = _time_us(quantize, device)
+        results.append(Row(name, sqnr_db(x, y), float((x.float() - y).abs().max()), t, moved / t / 1e3))
+    return results
+
+
+def main(rows: int, cols: int, seed: int, device: str | None) -> None:
+    from tabulate import tabulate
+
+    dev = torch.device(device) if device else best_device()
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"fp4ops: quantizing a seeded {rows} x {cols} bf16 weight-like matrix (Student-t, outlier channels) on {name}")
+    table = [[r.name, f"{r.sqnr_db:.2f}", f"{r.max_abs_error:.4g}", f"{r.time_us:.1f}", f"{r.gb_per_s:.1f}"] for r in run(rows, cols, seed, dev)]
+    print(tabulate(table, headers=["format", "SQNR (dB)", "max |error|", "time (us)", "GB/s"], tablefmt="github"))

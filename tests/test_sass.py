@@ -1,0 +1,103 @@
+"""Machine code checks of the built extension (wherever cuobjdump exists; no GPU needed):
+the Blackwell cubins use the hardware E2M1 conversions, the Hopper one no fp64 emulation."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import fp4ops
+
+
+def find_tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    candidates = [Path(CUDA_HOME or "/usr/local/cuda") / "bin" / name]
+    try:  # the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels
+        import nvidia
+
+        candidates += [Path(p) / sub / "bin" / name for p in nvidia.__path__ for sub in ("cu13", "cu12", "")]
+    except ImportError:
+        pass
+    return next((str(c) for c in candidates if c.exists()), None)
+
+
+def extension_binary() -> Path | None:
+    if fp4ops.BUILD == "aot":
+        return Path(importlib.import_module("fp4ops._C").__file__)
+    from torch.utils.cpp_extension import _get_build_directory
+
+    built = list(Path(_get_build_directory("fp4ops_jit", verbose=False)).glob("fp4ops_jit*.so"))
+    return built[0] if built else None
+
+
+CUOBJDUMP = find_tool("cuobjdump")
+NVDISASM = find_tool("nvdisasm")
+BINARY = extension_binary()
+pytestmark = pytest.mark.skipif(
+    CUOBJDUMP is None or NVDISASM is None or BINARY is None,
+    reason="needs cuobjdump and nvdisasm (CUDA toolkit or the nvidia-cuda-cuobjdump wheel) and a built extension",
+)
+
+
+def cubin_archs() -> set[str]:
+    out = subprocess.run([CUOBJDUMP, "--list-elf", str(BINARY)], capture_output=True, text=True).stdout
+    return set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out))
+
+
+def sass_by_function(arch: str) -> dict[str, str]:
+    env = dict(os.environ, PATH=f"{Path(NVDISASM).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    out = subprocess.run([CUOBJDUMP, "-sass", "-arch", arch, str(BINARY)], capture_output=True, text=True, env=env, check=True).stdout
+    functions, name = {}, None
+    for line in out.splitlines():
+        match = re.search(r"Function : (\S+)", line)
+        if match:
+            name = match[1]
+            functions[name] = ""
+        elif name:
+            functions[name] += line + "\n"
+    return functions
+
+
+def require_arch(arch: str) -> None:
+    if arch not in cubin_archs():
+        pytest.skip(f"the extension was built without {arch} (FP4OPS_CUDA_ARCHS); it has {sorted(cubin_archs())}")
+
+
+@pytest.mark.parametrize("arch", ["sm_100a", "sm_120a"])
+def test_blackwell_casts_use_hardware_e2m1(arch):
+    require_arch(arch)
+    functions = sass_by_function(arch)
+    encoders = {n: s for n, s in functions.items() if "cast_to_e2m1" in n}
+    decoders = {n: s for n, s in functions.items() if "cast_from_e2m1" in n}
+    assert encoders and decoders
+    for name, sass in encoders.items():
+        assert re.search(r"F2FP\.SATFINITE\.E2M1\.F32", sass), f"{name}: no hardware E2M1 encode"
+    for name, sass in decoders.items():
+        assert re.search(r"F2FP\.F16\.E2M1", sass), f"{name}: no hardware E2M1 decode"
+
+
+def test_hopper_kernels_have_no_fp64_and_no_empty_body():
+    require_arch("sm_90")
+    functions = sass_by_function("sm_90")
+    assert any("cast_to_e2m1" in n for n in functions)
+    for name, sass in functions.items():
+        assert not re.search(r"\b(DADD|DMUL|DFMA)\b", sass), f"{name}: double-precision emulation"
+        assert "F2FP.SATFINITE.E2M1" not in sass
+        assert re.search(r"\bSTG\.", sass), f"{name}: stores nothing (an empty kernel?)"
+
+
+def test_every_cubin_kernel_stores():
+    for arch in cubin_archs():
+        for name, sass in sass_by_function(arch).items():
+            assert re.search(r"\bSTG\.", sass), f"{arch} {name}: stores nothing (an empty kernel?)"
