@@ -10,6 +10,17 @@
 
 namespace fp4ops {
 
+// Numbers and shapes go into messages as std::string: on one torch 2.11 + GCC 13 machine,
+// streaming an int64_t into TORCH_CHECK from an extension crashed the process (a minimal
+// load_inline probe too; see docs/decisions.md), while strings and dtypes streamed fine.
+inline std::string int_str(int64_t value) { return std::to_string(value); }
+
+inline std::string shape_str(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 inline void check_float_input(const at::Tensor& x, const char* name) {
   const auto dtype = x.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
@@ -19,7 +30,7 @@ inline void check_float_input(const at::Tensor& x, const char* name) {
 
 inline void check_last_dim_multiple(const at::Tensor& x, const char* name, int64_t multiple) {
   TORCH_CHECK(x.size(-1) % multiple == 0, name, ": expected the last dimension to be a multiple of ",
-              multiple, ", got ", x.size(-1));
+              int_str(multiple), ", got ", int_str(x.size(-1)));
 }
 
 inline void check_out_dtype(at::ScalarType dtype) {
@@ -35,8 +46,8 @@ inline void check_packed(const at::Tensor& data, const char* name) {
 
 inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& ref,
                               const char* ref_name) {
-  TORCH_CHECK(t.device() == ref.device(), name, ": expected a tensor on ", ref.device(), " (the device of ",
-              ref_name, "), got ", t.device());
+  TORCH_CHECK(t.device() == ref.device(), name, ": expected a tensor on ", ref.device().str(), " (the device of ",
+              ref_name, "), got ", t.device().str());
 }
 
 // scales must be [..., K / block] of `dtype` for data [..., K / 2], on the same device.
@@ -45,19 +56,19 @@ inline void check_scales(const at::Tensor& scales, const at::Tensor& data, at::S
   TORCH_CHECK(scales.scalar_type() == dtype, "scales: expected ", dtype, ", got ", scales.scalar_type());
   check_same_device(scales, "scales", data, "data");
   const int64_t k = data.size(-1) * 2;
-  TORCH_CHECK(k % block == 0, "data: expected the last dimension to be a multiple of ", block / 2,
-              " bytes (K a multiple of ", block, "), got ", data.size(-1));
+  TORCH_CHECK(k % block == 0, "data: expected the last dimension to be a multiple of ", int_str(block / 2),
+              " bytes (K a multiple of ", int_str(block), "), got ", int_str(data.size(-1)));
   auto expected = data.sizes().vec();
   expected.back() = k / block;
-  TORCH_CHECK(scales.sizes().vec() == expected, "scales: expected shape ", at::IntArrayRef(expected),
-              " for data of shape ", data.sizes(), ", got ", scales.sizes());
+  TORCH_CHECK(scales.sizes().vec() == expected, "scales: expected shape ", shape_str(expected),
+              " for data of shape ", shape_str(data.sizes()), ", got ", shape_str(scales.sizes()));
 }
 
 inline void check_global_scale(const at::Tensor& global_scale, const at::Tensor& ref, const char* ref_name) {
   TORCH_CHECK(global_scale.scalar_type() == at::kFloat, "global_scale: expected float32, got ",
               global_scale.scalar_type());
   TORCH_CHECK(global_scale.numel() == 1, "global_scale: expected one element, got shape ",
-              global_scale.sizes());
+              shape_str(global_scale.sizes()));
   check_same_device(global_scale, "global_scale", ref, ref_name);
 }
 
