@@ -104,7 +104,7 @@ def test_dequantize_random_codes_matches_reference(fmt, out_dtype):
         got = fp4ops.dequantize(fp4ops.MXFP4Tensor(data, scales), out_dtype)
         want = reference.dequantize_mxfp4(data, scales, out_dtype)
     assert_exact(got, want)
-    assert got.abs().nan_to_num(0.0, 0.0, 0.0).sum() > 0
+    assert (got.float() != 0).any()  # an all-zero output cannot pass
 
 
 @pytest.mark.parametrize("out_dtype", FLOAT_DTYPES)
