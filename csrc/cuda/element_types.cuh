@@ -45,3 +45,35 @@ __device__ __forceinline__ void store_vec8(T* p, const Vec8<T>& value) {  // p 1
 }
 
 }  // namespace fp4ops::cuda
+
+namespace fp4ops::cuda {
+
+// Eight consecutive elements starting at x + 8 * group, widened to fp32 (exact). kAligned: x is
+// 16-byte aligned, so whole-vector streaming loads; otherwise element loads (any storage offset).
+template <typename T, bool kAligned>
+__device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t group, float (&v)[8]) {
+  if constexpr (kAligned) {
+    const Vec8<T> raw = load_vec8_streaming(x + group * 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = to_float(raw.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = to_float(x[group * 8 + j]);
+  }
+}
+
+// max |v_j| over the finite v_j as fp32 bits (non-negative floats order like unsigned ints), or
+// kNonFiniteBits when any v_j is NaN/Inf, so one unsigned max reduces both at once.
+constexpr uint32_t kNonFiniteBits = 0xFFFFFFFFu;
+
+__device__ __forceinline__ uint32_t group_max_bits(const float (&v)[8]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t a = __float_as_uint(v[j]) & 0x7FFFFFFFu;
+    m = max(m, a >= 0x7F800000u ? kNonFiniteBits : a);
+  }
+  return m;
+}
+
+}  // namespace fp4ops::cuda

@@ -3,8 +3,18 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+#include <string>
+
 namespace fp4ops::cuda {
 
+at::Tensor amax(const at::Tensor& x);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& x,
+                                                              const std::optional<at::Tensor>& global_scale);
+std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std::string& scale_rule);
+at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, const at::Tensor& global_scale,
+                            at::ScalarType dtype);
+at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype);
 at::Tensor cast_to_e2m1(const at::Tensor& x);
 at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype);
 

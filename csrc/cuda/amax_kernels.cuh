@@ -1,0 +1,50 @@
+// Per-tensor amax (SPEC 2.1): max |x| over the finite elements, raw pointers, no torch headers.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/fp4_format.h"
+#include "element_types.cuh"
+
+namespace fp4ops::cuda {
+
+// Finite max of a block's share, reduced over the whole thread block; every thread gets it.
+// `scratch` holds one word per warp.
+__device__ __forceinline__ uint32_t block_reduce_max(uint32_t m, uint32_t* scratch) {
+  m = __reduce_max_sync(0xFFFFFFFFu, m);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = m;
+  __syncthreads();
+  m = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0u;
+  m = __reduce_max_sync(0xFFFFFFFFu, m);
+  __syncthreads();  // scratch may be reused right after
+  return m;
+}
+
+// Finite max of x[0, numel) from this thread's grid-stride share (fp32 bits).
+template <typename T, bool kAligned>
+__device__ __forceinline__ uint32_t thread_finite_max_bits(const T* __restrict__ x, int64_t numel, int64_t first,
+                                                           int64_t stride) {
+  uint32_t m = 0;
+  const int64_t num_groups = numel / 8;
+  for (int64_t g = first; g < num_groups; g += stride) {
+    float v[8];
+    load_group8<T, kAligned>(x, g, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(finite_abs(v[j])));
+  }
+  for (int64_t i = num_groups * 8 + first; i < numel; i += stride) m = max(m, __float_as_uint(finite_abs(to_float(x[i]))));
+  return m;
+}
+
+// out_bits must hold 0 before the launch; each block adds its max with one atomicMax.
+template <typename T, bool kAligned>
+__global__ void amax_kernel(const T* __restrict__ x, int64_t numel, uint32_t* __restrict__ out_bits) {
+  __shared__ uint32_t scratch[32];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const uint32_t m = block_reduce_max(thread_finite_max_bits<T, kAligned>(x, numel, first, stride), scratch);
+  if (threadIdx.x == 0 && m != 0) atomicMax(out_bits, m);
+}
+
+}  // namespace fp4ops::cuda

@@ -1,0 +1,63 @@
+// Launchers for the NVFP4 / MXFP4 dequantizers: checks, device guard, current stream.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "../common/op_checks.h"
+#include "kernels_cuda.h"
+#include "launch_utils.h"
+#include "quantize_kernels.cuh"
+
+namespace fp4ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class Source>
+at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, const Source& source,
+                             at::ScalarType dtype) {
+  const at::Tensor packed = data.contiguous();
+  const at::Tensor codes = scales.contiguous();
+  at::Tensor out = at::empty(with_last_dim(data, data.size(-1) * 2), data.options().dtype(dtype));
+  const int64_t num_groups = packed.numel() / 4;
+  if (num_groups == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const uint8_t* in = packed.const_data_ptr<uint8_t>();
+  const uint8_t* scale_codes = static_cast<const uint8_t*>(codes.const_data_ptr());
+  dispatch_float_type(dtype, "dtype", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* values = static_cast<T*>(out.mutable_data_ptr());
+    const unsigned grid = grid_for(num_groups, kThreads);
+    if (is_aligned(in, 4)) {
+      dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_groups, source, values);
+    } else {
+      dequantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_groups, source, values);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, const at::Tensor& global_scale,
+                            at::ScalarType dtype) {
+  check_packed(data, "data");
+  check_scales(scales, data, at::kFloat8_e4m3fn, kNvfp4Block);
+  check_global_scale(global_scale, data, "data");
+  check_out_dtype(dtype);
+  const c10::cuda::CUDAGuard guard(data.device());
+  const at::Tensor g = global_scale.reshape({}).contiguous();
+  return launch_dequantize(data, scales, Nvfp4Source{g.const_data_ptr<float>(), false, nullptr}, dtype);
+}
+
+at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype) {
+  check_packed(data, "data");
+  check_scales(scales, data, at::kFloat8_e8m0fnu, kMxfp4Block);
+  check_out_dtype(dtype);
+  const c10::cuda::CUDAGuard guard(data.device());
+  return launch_dequantize(data, scales, Mxfp4Source{Mxfp4ScaleRule::kFloor}, dtype);
+}
+
+}  // namespace fp4ops::cuda

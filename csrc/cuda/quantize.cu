@@ -1,0 +1,122 @@
+// Launchers for amax and the NVFP4 / MXFP4 quantizers: checks, device guard, current stream.
+// Nothing here synchronizes with the host, so every op can be captured in a CUDA graph.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "../common/op_checks.h"
+#include "kernels_cuda.h"
+#include "launch_utils.h"
+#include "quantize_kernels.cuh"
+
+namespace fp4ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+// Dynamic NVFP4 up to this many elements runs as one launch of one block (decode-time
+// activations such as 1 x 4096): cheaper than an amax launch plus a quantize launch.
+constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
+constexpr int kSingleBlockThreads = 1024;
+
+// amax of `input` (contiguous) into the fp32 scalar `out`, which this zeroes first.
+void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) {
+  uint32_t* out_bits = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
+  C10_CUDA_CHECK(cudaMemsetAsync(out_bits, 0, sizeof(uint32_t), stream));
+  const int64_t numel = input.numel();
+  if (numel == 0) return;
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    const unsigned grid = grid_for(numel / 8 + 1, kThreads);
+    if (is_aligned(x, 16)) {
+      amax_kernel<T, true><<<grid, kThreads, 0, stream>>>(x, numel, out_bits);
+    } else {
+      amax_kernel<T, false><<<grid, kThreads, 0, stream>>>(x, numel, out_bits);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <class Source>
+void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOutputs& out, cudaStream_t stream) {
+  const int64_t num_groups = input.numel() / 8;
+  uint32_t* data = reinterpret_cast<uint32_t*>(out.data.mutable_data_ptr<uint8_t>());
+  uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    const unsigned grid = grid_for(num_groups, kThreads);  // >= 1: block 0 also publishes g
+    if (is_aligned(x, 16)) {
+      quantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(x, num_groups, source, data, scales);
+    } else {
+      quantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(x, num_groups, source, data, scales);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out,
+                                        cudaStream_t stream) {
+  uint32_t* data = reinterpret_cast<uint32_t*>(out.data.mutable_data_ptr<uint8_t>());
+  uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
+  float* g = scale_out.mutable_data_ptr<float>();
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    if (is_aligned(x, 16)) {
+      quantize_nvfp4_single_block_kernel<T, true><<<1, kSingleBlockThreads, 0, stream>>>(x, input.numel() / 8, g, data, scales);
+    } else {
+      quantize_nvfp4_single_block_kernel<T, false><<<1, kSingleBlockThreads, 0, stream>>>(x, input.numel() / 8, g, data, scales);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+at::Tensor amax(const at::Tensor& x) {
+  check_float_input(x, "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor input = x.contiguous();
+  at::Tensor out = at::empty({}, x.options().dtype(at::kFloat));
+  launch_amax(input, out, at::cuda::getCurrentCUDAStream());
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& x,
+                                                              const std::optional<at::Tensor>& global_scale) {
+  check_float_input(x, "x");
+  check_last_dim_multiple(x, "x", kNvfp4Block);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor input = x.contiguous();
+  QuantizedOutputs out = allocate_quantized(x, kNvfp4Block, at::kFloat8_e4m3fn);
+  at::Tensor g = at::empty({}, x.options().dtype(at::kFloat));
+  if (global_scale.has_value()) {
+    check_global_scale(*global_scale, x, "x");
+    const at::Tensor given = global_scale->reshape({}).contiguous();
+    launch_quantize(input, Nvfp4Source{given.const_data_ptr<float>(), false, g.mutable_data_ptr<float>()}, out, stream);
+  } else if (input.numel() <= kSingleBlockMaxNumel) {
+    launch_quantize_nvfp4_single_block(input, g, out, stream);
+  } else {
+    at::Tensor amax_value = at::empty({}, x.options().dtype(at::kFloat));
+    launch_amax(input, amax_value, stream);
+    launch_quantize(input, Nvfp4Source{amax_value.const_data_ptr<float>(), true, g.mutable_data_ptr<float>()}, out,
+                    stream);
+  }
+  return {out.data, out.scales, g};
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std::string& scale_rule) {
+  check_float_input(x, "x");
+  check_last_dim_multiple(x, "x", kMxfp4Block);
+  const Mxfp4ScaleRule rule = parse_scale_rule(scale_rule);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor input = x.contiguous();
+  QuantizedOutputs out = allocate_quantized(x, kMxfp4Block, at::kFloat8_e8m0fnu);
+  if (input.numel() > 0) launch_quantize(input, Mxfp4Source{rule}, out, at::cuda::getCurrentCUDAStream());
+  return {out.data, out.scales};
+}
+
+}  // namespace fp4ops::cuda

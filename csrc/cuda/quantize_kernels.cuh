@@ -1,0 +1,128 @@
+// NVFP4 / MXFP4 quantize and dequantize kernels (SPEC 2, 3): raw pointers, no torch headers.
+//
+// Work unit: a "group" of 8 consecutive elements per thread (one 16-byte load of bf16/fp16, two
+// of fp32; one 4-byte word of packed codes). A scale block of Format::kBlock elements spans
+// kBlock / 8 adjacent lanes (2 for NVFP4, 4 for MXFP4), which combine their maxima with one or
+// two xor-shuffles; every lane of a block then derives the same scale (SIMT makes the redundant
+// work free) and packs its own 8 codes.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/block_formats.h"
+#include "amax_kernels.cuh"
+#include "element_types.cuh"
+
+namespace fp4ops::cuda {
+
+// Where a kernel gets its format. NVFP4's global scale never leaves the device: it is read from
+// `scale` (g itself, or the amax to derive g from) and, if `scale_out` is set, block 0 writes the
+// g it used there.
+struct Nvfp4Source {
+  using Format = Nvfp4Format;
+  const float* scale;
+  bool scale_is_amax;
+  float* scale_out;
+
+  __device__ __forceinline__ Nvfp4Format make() const {
+    const float v = *scale;
+    return {scale_is_amax ? nvfp4_global_scale_from_amax(v) : v};
+  }
+  __device__ __forceinline__ void publish(const Nvfp4Format& format) const {
+    if (scale_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *scale_out = format.global_scale;
+  }
+};
+
+struct Mxfp4Source {
+  using Format = Mxfp4Format;
+  Mxfp4ScaleRule rule;
+
+  __device__ __forceinline__ Mxfp4Format make() const { return {rule}; }
+  __device__ __forceinline__ void publish(const Mxfp4Format&) const {}
+};
+
+// Quantize groups [0, num_groups) from this thread's grid-stride share. The loop runs warp-
+// uniformly so every lane takes part in the shuffles; lanes past the end carry zeros and store
+// nothing. Requires blockDim.x and the stride to be multiples of 32.
+template <typename T, bool kAligned, class Format>
+__device__ __forceinline__ void quantize_groups(const T* __restrict__ x,  // [num_groups * 8]
+                                                int64_t num_groups, int64_t first, int64_t stride,
+                                                const Format& format,
+                                                uint32_t* __restrict__ data,   // [num_groups] 8 codes each
+                                                uint8_t* __restrict__ scales)  // [num_groups / lanes]
+{
+  constexpr int kLanesPerBlock = Format::kBlock / 8;
+  const int lane = threadIdx.x % 32;
+  for (int64_t warp_base = first - lane; warp_base < num_groups; warp_base += stride) {
+    const int64_t g = warp_base + lane;
+    const bool active = g < num_groups;
+    float v[8] = {};
+    if (active) load_group8<T, kAligned>(x, g, v);
+    uint32_t m = group_max_bits(v);
+#pragma unroll
+    for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    const bool finite = m != kNonFiniteBits;
+    const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) word |= encode_element_pair(enc, v[2 * j], v[2 * j + 1]) << (8 * j);
+    if (active) {
+      __stcs(data + g, word);
+      if (g % kLanesPerBlock == 0) scales[g / kLanesPerBlock] = static_cast<uint8_t>(enc.scale_code);
+    }
+  }
+}
+
+template <typename T, bool kAligned, class Source>
+__global__ void quantize_kernel(const T* __restrict__ x, int64_t num_groups, Source source,
+                                uint32_t* __restrict__ data, uint8_t* __restrict__ scales) {
+  const typename Source::Format format = source.make();
+  source.publish(format);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  quantize_groups<T, kAligned>(x, num_groups, first, static_cast<int64_t>(gridDim.x) * blockDim.x, format, data,
+                               scales);
+}
+
+// Dynamic NVFP4 for small tensors in one launch: one thread block reduces the amax, derives g
+// and quantizes (the second read hits L1/L2). Launch with exactly one block.
+template <typename T, bool kAligned>
+__global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int64_t num_groups,
+                                                   float* __restrict__ scale_out, uint32_t* __restrict__ data,
+                                                   uint8_t* __restrict__ scales) {
+  __shared__ uint32_t scratch[32];
+  const uint32_t amax_bits =
+      block_reduce_max(thread_finite_max_bits<T, kAligned>(x, num_groups * 8, threadIdx.x, blockDim.x), scratch);
+  const Nvfp4Format format{nvfp4_global_scale_from_amax(__uint_as_float(amax_bits))};
+  if (threadIdx.x == 0) *scale_out = format.global_scale;
+  quantize_groups<T, kAligned>(x, num_groups, threadIdx.x, blockDim.x, format, data, scales);
+}
+
+// out [num_groups * 8] = E2M1(code) * decoded block scale, one rounding to OutT.
+// kAligned: data is 4-byte aligned (out is always freshly allocated, hence 16-byte aligned).
+template <typename OutT, bool kAligned, class Source>
+__global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_groups * 4]
+                                  const uint8_t* __restrict__ scales,  // [num_groups / lanes]
+                                  int64_t num_groups, Source source, OutT* __restrict__ out) {
+  constexpr int kLanesPerBlock = Source::Format::kBlock / 8;
+  const typename Source::Format format = source.make();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < num_groups; g += stride) {
+    uint32_t word;
+    if constexpr (kAligned) {
+      word = __ldcs(reinterpret_cast<const unsigned int*>(data) + g);
+    } else {
+      word = data[4 * g] | (data[4 * g + 1] << 8) | (data[4 * g + 2] << 16) | (static_cast<uint32_t>(data[4 * g + 3]) << 24);
+    }
+    const float factor = format.decode_scale(scales[g / kLanesPerBlock]);
+    Vec8<OutT> y;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const Float2 pair = e2m1x2_decode((word >> (8 * j)) & 0xFFu);
+      y.v[2 * j] = from_float<OutT>(mul_rn(pair.even, factor));
+      y.v[2 * j + 1] = from_float<OutT>(mul_rn(pair.odd, factor));
+    }
+    store_vec8(out + g * 8, y);
+  }
+}
+
+}  // namespace fp4ops::cuda

@@ -1,0 +1,153 @@
+"""CUDA kernels of amax, quantize and dequantize against the CPU kernels, bit for bit (GPU only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FLOAT_DTYPES, assert_exact, assert_same_bytes, edge_cases, requires_cuda
+
+import fp4ops
+
+pytestmark = requires_cuda
+CASE_NAMES = list(edge_cases(32))
+FORMATS = ["nvfp4_computed_scale", "nvfp4_given_scale", "nvfp4_given_invalid_scale", "mxfp4_floor", "mxfp4_rceil"]
+
+
+def quantize(x: torch.Tensor, fmt: str, g: torch.Tensor):
+    """The op's outputs for one format variant (g: a CPU fp32 scalar, moved to x's device)."""
+    if fmt.startswith("nvfp4"):
+        q = fp4ops.quantize_nvfp4(x, None if fmt == "nvfp4_computed_scale" else g.to(x.device))
+        return q, (q.data, q.scales, q.global_scale)
+    q = fp4ops.quantize_mxfp4(x, scale_rule=fmt.removeprefix("mxfp4_"))
+    return q, (q.data, q.scales)
+
+
+def check_cuda_matches_cpu(x: torch.Tensor, fmt: str) -> None:
+    g = torch.tensor(float("nan")) if fmt == "nvfp4_given_invalid_scale" else torch.rand(()) * 2.0 ** torch.randint(-20, 20, ()).item()
+    q_gpu, got = quantize(x.cuda(), fmt, g)
+    q_cpu, want = quantize(x.cpu(), fmt, g)
+    assert_same_bytes(got[0], want[0], "data")
+    assert_same_bytes(got[1], want[1], "scales")
+    if len(got) == 3:
+        assert_exact(got[2], want[2])
+    for out_dtype in FLOAT_DTYPES:
+        assert_exact(q_gpu.dequantize(out_dtype), q_cpu.dequantize(out_dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_edge_cases_match_cpu(case, fmt, dtype):
+    check_cuda_matches_cpu(edge_cases(64)[case].to(dtype), fmt)
+
+
+@pytest.mark.parametrize("numel", [16 * 32, 4096, 1 << 16, (1 << 16) + 64, 1 << 22])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sizes_across_the_single_block_threshold(numel, fmt):
+    x = torch.randn(numel // 64, 64, dtype=torch.bfloat16) * torch.exp2(torch.randint(-8, 8, (numel // 64, 1)).float()).bfloat16()
+    check_cuda_matches_cpu(x, fmt)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_non_contiguous_and_misaligned_views(fmt, dtype):
+    base = (torch.randn(40, 200) * 3).to(dtype)
+    views = {
+        "odd_storage_offset": base.flatten()[1 : 1 + 40 * 128].reshape(40, 128),
+        "column_slice": base[:, 8:136],
+        "transposed": base[:64, :64].t(),
+        "strided_rows": base[::3, :96],
+    }
+    for v in views.values():
+        check_cuda_matches_cpu(v, fmt)
+    # Misaligned packed data and scales on the dequantize side.
+    q = fp4ops.quantize_mxfp4(base[:, :192].cuda())
+    shifted = torch.empty(q.data.numel() + 1, dtype=torch.uint8, device="cuda")[1:].view_as(q.data).copy_(q.data)
+    got = fp4ops.MXFP4Tensor(shifted, q.scales).dequantize(torch.float32)
+    assert_exact(got, fp4ops.MXFP4Tensor(q.data.cpu(), q.scales.cpu()).dequantize(torch.float32))
+
+
+def test_amax_matches_cpu():
+    for x in list(edge_cases(32).values()) + [torch.randn(1 << 20) * 100, torch.randn(12345)]:
+        for dtype in FLOAT_DTYPES:
+            v = x.to(dtype)
+            assert_exact(fp4ops.amax(v.cuda()), fp4ops.amax(v))
+    odd = torch.randn(1001)
+    assert_exact(fp4ops.amax(odd.cuda()[1:]), fp4ops.amax(odd[1:]))
+
+
+def test_hardware_e4m3_matches_software_over_random_fp32_block_maxima():
+    """The GPU encodes scales with cvt.rn.satfinite.e4m3x2 (sm_89+), the CPU in software: with
+    g = 1 a block's scale is e4m3(bmax / 6), swept here over 2^22 random fp32 bit patterns."""
+    bits = torch.randint(0, 2**31 - 1, (1 << 22,), dtype=torch.int64).to(torch.int32)
+    bmax = bits.view(torch.float32)
+    blocks = torch.zeros(bmax.numel(), 16)
+    blocks[:, 0] = bmax
+    blocks[:, 1] = -bmax * 0.3
+    gpu = fp4ops.quantize_nvfp4(blocks.cuda(), 1.0)
+    cpu = fp4ops.quantize_nvfp4(blocks, 1.0)
+    assert_same_bytes(gpu.scales, cpu.scales, "scales")
+    assert_same_bytes(gpu.data, cpu.data, "data")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_more_than_2_pow_31_elements(fmt):
+    """One row of 2^31 + 48 (NVFP4) / 2^31 + 96 (MXFP4) bf16 elements: int64 indexing end to end,
+    compared with the CPU in chunks (each chunk quantized with the GPU's global scale)."""
+    numel = 2**31 + (48 if fmt == "nvfp4" else 96)
+    x = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
+    x[-7] = 1000.0  # the amax sits past 2^31
+    q = fp4ops.quantize_nvfp4(x) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(x)
+    if fmt == "nvfp4":
+        assert_exact(q.global_scale.cpu(), torch.tensor(1000.0) / 2688)
+    y = q.dequantize(torch.bfloat16)
+    chunk = 1 << 28
+    for start in range(0, numel, chunk):
+        piece = x[start : start + chunk].cpu()
+        ref = fp4ops.quantize_nvfp4(piece, q.global_scale.cpu()) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(piece)
+        assert_same_bytes(q.data[start // 2 : (start + chunk) // 2], ref.data, f"data at {start}")
+        block = 16 if fmt == "nvfp4" else 32
+        assert_same_bytes(q.scales[start // block : (start + chunk) // block], ref.scales, f"scales at {start}")
+        assert_exact(y[start : start + chunk].cpu(), ref.dequantize(torch.bfloat16))
+    assert fp4ops.amax(x).item() == 1000.0
+
+
+def all_ops(x: torch.Tensor, g: torch.Tensor):
+    nv = fp4ops.quantize_nvfp4(x)
+    nv_given = fp4ops.quantize_nvfp4(x, g)
+    mx = fp4ops.quantize_mxfp4(x, scale_rule="rceil")
+    return [fp4ops.amax(x), nv.data, nv.scales, nv.global_scale, nv_given.data, nv.dequantize(torch.float16),
+            mx.data, mx.scales, mx.dequantize(torch.bfloat16), fp4ops.cast_to_e2m1(x)]
+
+
+@pytest.mark.parametrize("numel", [4096, 1 << 20])  # the single-block and the two-launch NVFP4 paths
+def test_cuda_graph_capture_and_replay(numel):
+    x = torch.randn(numel // 256, 256, device="cuda")
+    g = torch.tensor(0.01, device="cuda")
+    all_ops(x, g)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = all_ops(x, g)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x) * 7)  # new data in the captured input: replay must see it
+        graph.replay()
+        torch.cuda.synchronize()
+        for got, want in zip(outs, all_ops(x.cpu(), g.cpu())):
+            if got.dtype in (torch.uint8, torch.float8_e4m3fn, torch.float8_e8m0fnu):
+                assert_same_bytes(got, want, "graph replay")
+            else:
+                assert_exact(got, want)
+
+
+def test_two_streams():
+    xs = [torch.randn(512, 1024, device="cuda") * (i + 1) for i in range(2)]
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for x, s in zip(xs, streams):
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            outs.append(fp4ops.quantize_nvfp4(x).dequantize(torch.float32))
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    for x, out in zip(xs, outs):
+        assert_exact(out, fp4ops.quantize_nvfp4(x.cpu()).dequantize(torch.float32))
