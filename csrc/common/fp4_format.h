@@ -88,6 +88,22 @@ FP4OPS_HD float div_rn(float a, float b) {
 #endif
 }
 
+FP4OPS_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+FP4OPS_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 FP4OPS_HD bool is_finite_bits(uint32_t u) { return (u & 0x7F800000u) != 0x7F800000u; }
 
 // |x| for finite x, 0 for NaN/Inf: what the amax and block-max reductions take.
@@ -105,11 +121,11 @@ FP4OPS_HD float exp2_int(int k) {
 // ---------------------------------------------------------------------------------------------
 // E2M1: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 for codes 0..7; bit 3 is the sign.
 
-// Software rule of SPEC 1: count the grid midpoints below |y|. Comparing the magnitude bits as
+// SPEC 1's rule as written: count the grid midpoints below |y|. Comparing the magnitude bits as
 // integers is the same order as comparing the floats and makes NaN (bits above +Inf) count all
 // seven thresholds, i.e. code 7, as the hardware does. Strict '>' at the midpoints whose lower
 // neighbour has an even mantissa and '>=' where the upper one does is round-half-to-even.
-FP4OPS_HD uint32_t e2m1_encode_sw(float y) {
+FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
   const uint32_t u = float_to_bits(y);
   const uint32_t a = u & 0x7FFFFFFFu;
   const uint32_t code = (a > 0x3E800000u)      // > 0.25
@@ -121,6 +137,31 @@ FP4OPS_HD uint32_t e2m1_encode_sw(float y) {
                         + (a > 0x40A00000u);   // > 5.0
   const uint32_t sign = (a > 0x7F800000u) ? 0u : (u >> 28) & 0x8u;  // NaN drops its sign
   return code | sign;
+}
+
+// The same rounding in fewer instructions, for the GPU's software path (sm_90): adding and
+// subtracting a power of two whose ulp is the E2M1 step at |y| (2^22: step 0.5 below 2; 2^23:
+// step 1 in [2, 4); 2^24: step 2 from 4) rounds to the grid half-to-even, as fp32 addition does;
+// min(., 6) saturates (and turns NaN into 6, code 7); the rounded value times 2^-126 then has the
+// code in bits 24..22 (e2m1_decode backwards; needs denormals, i.e. no -ftz). The 2^32-input CUDA
+// test holds it equal to the threshold rule that the CPU runs.
+FP4OPS_HD uint32_t e2m1_encode_by_rounding(float y) {
+  const uint32_t u = float_to_bits(y);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  const uint32_t exponent = (a & 0x7F800000u) < 0x3F800000u ? 0x3F800000u
+                            : (a & 0x7F800000u) > 0x40800000u ? 0x40800000u : (a & 0x7F800000u);
+  const float magic = bits_to_float(exponent + (22u << 23));
+  const float rounded = fminf(sub_rn(add_rn(bits_to_float(a), magic), magic), kE2M1Max);
+  const uint32_t sign = (a > 0x7F800000u) ? 0u : (u >> 28) & 0x8u;
+  return (float_to_bits(mul_rn(rounded, 0x1p-126f)) >> 22) | sign;
+}
+
+FP4OPS_HD uint32_t e2m1_encode_sw(float y) {
+#if defined(__CUDA_ARCH__)
+  return e2m1_encode_by_rounding(y);
+#else
+  return e2m1_encode_by_thresholds(y);
+#endif
 }
 
 // Two elements into one byte: `even` in the low nibble, `odd` in the high nibble (SPEC 1).

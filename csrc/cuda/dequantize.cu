@@ -20,19 +20,19 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
   const at::Tensor packed = data.contiguous();
   const at::Tensor codes = scales.contiguous();
   at::Tensor out = at::empty(with_last_dim(data, data.size(-1) * 2), data.options().dtype(dtype));
-  const int64_t num_groups = packed.numel() / 4;
-  if (num_groups == 0) return out;
+  const int64_t num_units = out.numel() * out.element_size() / 16;  // 16-byte output vectors
+  if (num_units == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const uint8_t* in = packed.const_data_ptr<uint8_t>();
   const uint8_t* scale_codes = static_cast<const uint8_t*>(codes.const_data_ptr());
   dispatch_float_type(dtype, "dtype", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* values = static_cast<T*>(out.mutable_data_ptr());
-    const unsigned grid = grid_for(num_groups, kThreads);
-    if (is_aligned(in, 4)) {
-      dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_groups, source, values);
+    const unsigned grid = grid_for(num_units, kThreads);
+    if (is_aligned(in, 16 / sizeof(T) / 2)) {
+      dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, values);
     } else {
-      dequantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_groups, source, values);
+      dequantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, values);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -62,17 +62,15 @@ __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t gro
   }
 }
 
-// max |v_j| over the finite v_j as fp32 bits (non-negative floats order like unsigned ints), or
-// kNonFiniteBits when any v_j is NaN/Inf, so one unsigned max reduces both at once.
-constexpr uint32_t kNonFiniteBits = 0xFFFFFFFFu;
+// max |v_j| as fp32 bits. Non-negative floats order like unsigned ints and NaN/Inf lie above
+// every finite value, so a result >= kInfBits means the group holds a non-finite element, and
+// otherwise it is exactly the finite max.
+constexpr uint32_t kInfBits = 0x7F800000u;
 
 __device__ __forceinline__ uint32_t group_max_bits(const float (&v)[8]) {
   uint32_t m = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t a = __float_as_uint(v[j]) & 0x7FFFFFFFu;
-    m = max(m, a >= 0x7F800000u ? kNonFiniteBits : a);
-  }
+  for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
   return m;
 }
 

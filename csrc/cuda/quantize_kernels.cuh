@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/block_formats.h"
 #include "amax_kernels.cuh"
@@ -61,7 +62,7 @@ __device__ __forceinline__ void quantize_groups(const T* __restrict__ x,  // [nu
     uint32_t m = group_max_bits(v);
 #pragma unroll
     for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-    const bool finite = m != kNonFiniteBits;
+    const bool finite = m < kInfBits;
     const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
     uint32_t word = 0;
 #pragma unroll
@@ -97,31 +98,36 @@ __global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int6
   quantize_groups<T, kAligned>(x, num_groups, threadIdx.x, blockDim.x, format, data, scales);
 }
 
-// out [num_groups * 8] = E2M1(code) * decoded block scale, one rounding to OutT.
-// kAligned: data is 4-byte aligned (out is always freshly allocated, hence 16-byte aligned).
+// out = E2M1(code) * decoded block scale, one rounding to OutT. Each step of a thread writes one
+// 16-byte vector, so a warp's stores are contiguous: 8 outputs from 4 code bytes for bf16/fp16,
+// 4 outputs from 2 code bytes for fp32. kAligned: the code bytes can be read as one word (out
+// is freshly allocated, hence 16-byte aligned).
 template <typename OutT, bool kAligned, class Source>
-__global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_groups * 4]
-                                  const uint8_t* __restrict__ scales,  // [num_groups / lanes]
-                                  int64_t num_groups, Source source, OutT* __restrict__ out) {
-  constexpr int kLanesPerBlock = Source::Format::kBlock / 8;
+__global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_units * kPerUnit / 2]
+                                  const uint8_t* __restrict__ scales,  // [num_units * kPerUnit / kBlock]
+                                  int64_t num_units, Source source, OutT* __restrict__ out) {
+  constexpr int kPerUnit = 16 / sizeof(OutT);  // outputs per 16-byte store
+  constexpr int kBytes = kPerUnit / 2;         // code bytes per store
+  using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
   const typename Source::Format format = source.make();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < num_groups; g += stride) {
-    uint32_t word;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < num_units; u += stride) {
+    uint32_t word = 0;
     if constexpr (kAligned) {
-      word = __ldcs(reinterpret_cast<const unsigned int*>(data) + g);
+      word = reinterpret_cast<const CodeWord*>(data)[u];
     } else {
-      word = data[4 * g] | (data[4 * g + 1] << 8) | (data[4 * g + 2] << 16) | (static_cast<uint32_t>(data[4 * g + 3]) << 24);
-    }
-    const float factor = format.decode_scale(scales[g / kLanesPerBlock]);
-    Vec8<OutT> y;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const Float2 pair = e2m1x2_decode((word >> (8 * j)) & 0xFFu);
-      y.v[2 * j] = from_float<OutT>(mul_rn(pair.even, factor));
-      y.v[2 * j + 1] = from_float<OutT>(mul_rn(pair.odd, factor));
+      for (int b = 0; b < kBytes; ++b) word |= static_cast<uint32_t>(data[u * kBytes + b]) << (8 * b);
     }
-    store_vec8(out + g * 8, y);
+    const float factor = format.decode_scale(scales[u * kPerUnit / Source::Format::kBlock]);
+    alignas(16) OutT y[kPerUnit];
+#pragma unroll
+    for (int b = 0; b < kBytes; ++b) {
+      const Float2 pair = e2m1x2_decode((word >> (8 * b)) & 0xFFu);
+      y[2 * b] = from_float<OutT>(mul_rn(pair.even, factor));
+      y[2 * b + 1] = from_float<OutT>(mul_rn(pair.odd, factor));
+    }
+    __stcs(reinterpret_cast<uint4*>(out + u * kPerUnit), *reinterpret_cast<const uint4*>(y));
   }
 }
 
