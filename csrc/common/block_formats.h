@@ -64,10 +64,13 @@ struct Mxfp4Format {
   FP4OPS_HD float decode_scale(uint32_t code) const { return e8m0_decode(code); }
 };
 
-// The byte holding elements (even, odd) of a block encoded as `enc`.
+// The byte holding elements (even, odd) of a block encoded as `enc`. A finite x times a finite
+// multiplier is never NaN and a block holding NaN/Inf has zero_codes set, so the NaN-free encoder
+// applies; it runs unconditionally and a select keeps the GPU code free of branches.
 FP4OPS_HD uint32_t encode_element_pair(const BlockEncoding& enc, float even, float odd) {
-  if (enc.zero_codes) return 0;
-  return e2m1x2_encode(mul_rn(even, enc.element_multiplier), mul_rn(odd, enc.element_multiplier));
+  const uint32_t byte =
+      e2m1x2_encode_not_nan(mul_rn(even, enc.element_multiplier), mul_rn(odd, enc.element_multiplier));
+  return enc.zero_codes ? 0u : byte;
 }
 
 }  // namespace fp4ops

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #endif
 
@@ -88,22 +89,6 @@ FP4OPS_HD float div_rn(float a, float b) {
 #endif
 }
 
-FP4OPS_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-FP4OPS_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
 FP4OPS_HD bool is_finite_bits(uint32_t u) { return (u & 0x7F800000u) != 0x7F800000u; }
 
 // |x| for finite x, 0 for NaN/Inf: what the amax and block-max reductions take.
@@ -139,33 +124,36 @@ FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
   return code | sign;
 }
 
-// The same rounding in fewer instructions, for the GPU's software path (sm_90): adding and
-// subtracting a power of two whose ulp is the E2M1 step at |y| (2^22: step 0.5 below 2; 2^23:
-// step 1 in [2, 4); 2^24: step 2 from 4) rounds to the grid half-to-even, as fp32 addition does;
-// min(., 6) saturates (and turns NaN into 6, code 7); the rounded value times 2^-126 then has the
-// code in bits 24..22 (e2m1_decode backwards; needs denormals, i.e. no -ftz). The 2^32-input CUDA
-// test holds it equal to the threshold rule that the CPU runs.
-FP4OPS_HD uint32_t e2m1_encode_by_rounding(float y) {
-  const uint32_t u = float_to_bits(y);
-  const uint32_t a = u & 0x7FFFFFFFu;
-  const uint32_t exponent = (a & 0x7F800000u) < 0x3F800000u ? 0x3F800000u
-                            : (a & 0x7F800000u) > 0x40800000u ? 0x40800000u : (a & 0x7F800000u);
-  const float magic = bits_to_float(exponent + (22u << 23));
-  const float rounded = fminf(sub_rn(add_rn(bits_to_float(a), magic), magic), kE2M1Max);
-  const uint32_t sign = (a > 0x7F800000u) ? 0u : (u >> 28) & 0x8u;
-  return (float_to_bits(mul_rn(rounded, 0x1p-126f)) >> 22) | sign;
+#if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
+// The threshold rule for a pair on a GPU without FP4 instructions (sm_90), in 16-bit SIMD. The
+// thresholds have at most 3 significant bits, so they are exact bf16 values, and for such a t
+//   |y| >= t  <=>  floor16(|y|) >= t     and     |y| > t  <=>  ceil16(|y|) > t,
+// where floor16/ceil16 round |y| to bf16 toward/away from zero (the top half of the fp32 bits,
+// plus one when the bottom half is not zero). HSET2 compares both elements in one instruction
+// and gives 0xFFFF per true lane, so the lane sums are -code. Not for NaN (Inf is fine).
+__device__ __forceinline__ uint32_t e2m1x2_encode_simd(float even, float odd) {
+  const uint32_t e = __float_as_uint(even), o = __float_as_uint(odd);
+  const uint32_t top = __byte_perm(e, o, 0x7632);     // [odd bits 31..16 : even bits 31..16]
+  const uint32_t bottom = __byte_perm(e, o, 0x5410);  // [odd bits 15..0 : even bits 15..0]
+  const uint32_t floor16 = top & 0x7FFF7FFFu;
+  const uint32_t ceil16 = __vadd2(floor16, __vminu2(bottom, 0x00010001u));
+  const auto bf16x2 = [](const uint32_t& bits) { return *reinterpret_cast<const __nv_bfloat162*>(&bits); };
+  const auto gt = [&](uint32_t t) { return __hgt2_mask(bf16x2(ceil16), bf16x2(t)); };
+  const auto ge = [&](uint32_t t) { return __hge2_mask(bf16x2(floor16), bf16x2(t)); };
+  uint32_t minus_code = __vadd2(gt(0x3E803E80u), ge(0x3F403F40u));             // > 0.25, >= 0.75
+  minus_code = __vadd2(minus_code, __vadd2(gt(0x3FA03FA0u), ge(0x3FE03FE0u)));  // > 1.25, >= 1.75
+  minus_code = __vadd2(minus_code, __vadd2(gt(0x40204020u), ge(0x40604060u)));  // > 2.5, >= 3.5
+  minus_code = __vadd2(minus_code, gt(0x40A040A0u));                            // > 5
+  // Per 16-bit lane: the code in bits 0..2 and the sign of y in bit 3; then both lanes' nibbles
+  // side by side in one byte.
+  const uint32_t lanes = __vsub2(0u, minus_code) | ((top >> 12) & 0x00080008u);
+  return (lanes | (lanes >> 12)) & 0xFFu;
 }
-
-FP4OPS_HD uint32_t e2m1_encode_sw(float y) {
-#if defined(__CUDA_ARCH__)
-  return e2m1_encode_by_rounding(y);
-#else
-  return e2m1_encode_by_thresholds(y);
 #endif
-}
 
-// Two elements into one byte: `even` in the low nibble, `odd` in the high nibble (SPEC 1).
-FP4OPS_HD uint32_t e2m1x2_encode(float even, float odd) {
+// Two elements into one byte: `even` in the low nibble, `odd` in the high nibble (SPEC 1), for
+// inputs that are not NaN (the quantizers never pass one: a block holding NaN encodes as zeros).
+FP4OPS_HD uint32_t e2m1x2_encode_not_nan(float even, float odd) {
 #if defined(FP4OPS_HW_FP4)
   uint32_t out;
   asm("{\n\t.reg .b8 pair;\n\t"
@@ -174,9 +162,21 @@ FP4OPS_HD uint32_t e2m1x2_encode(float even, float odd) {
       : "=r"(out)
       : "f"(odd), "f"(even));
   return out;
+#elif defined(__CUDA_ARCH__)
+  return e2m1x2_encode_simd(even, odd);
 #else
-  return e2m1_encode_sw(even) | (e2m1_encode_sw(odd) << 4);
+  return e2m1_encode_by_thresholds(even) | (e2m1_encode_by_thresholds(odd) << 4);
 #endif
+}
+
+// The same for every input: NaN of either sign gives code 7 (the hardware cvt does so itself).
+FP4OPS_HD uint32_t e2m1x2_encode(float even, float odd) {
+  uint32_t byte = e2m1x2_encode_not_nan(even, odd);
+#if !defined(FP4OPS_HW_FP4)
+  if (even != even) byte = (byte & 0xF0u) | 0x07u;
+  if (odd != odd) byte = (byte & 0x0Fu) | 0x70u;
+#endif
+  return byte;
 }
 
 // Decode one code exactly. The three magnitude bits placed at fp32 bits 24..22 read as

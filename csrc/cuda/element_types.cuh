@@ -62,15 +62,38 @@ __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t gro
   }
 }
 
+// The 32 bytes at x + 32 * chunk widened to fp32: 16 elements of bf16/fp16, 8 of fp32. Same
+// kAligned contract as load_group8.
+template <typename T>
+constexpr int kElemsPer32Bytes = 32 / sizeof(T);
+
+template <typename T, bool kAligned>
+__device__ __forceinline__ void load_chunk32(const T* __restrict__ x, int64_t chunk,
+                                             float (&v)[kElemsPer32Bytes<T>]) {
+  constexpr int kN = kElemsPer32Bytes<T>;
+  const T* p = x + chunk * kN;
+  if constexpr (kAligned) {
+    const uint4* src = reinterpret_cast<const uint4*>(p);
+    const uint4 raw[2] = {__ldcs(src), __ldcs(src + 1)};
+    const T* values = reinterpret_cast<const T*>(raw);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = to_float(values[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = to_float(p[j]);
+  }
+}
+
 // max |v_j| as fp32 bits. Non-negative floats order like unsigned ints and NaN/Inf lie above
 // every finite value, so a result >= kInfBits means the group holds a non-finite element, and
 // otherwise it is exactly the finite max.
 constexpr uint32_t kInfBits = 0x7F800000u;
 
-__device__ __forceinline__ uint32_t group_max_bits(const float (&v)[8]) {
+template <int kN>
+__device__ __forceinline__ uint32_t max_abs_bits(const float (&v)[kN]) {
   uint32_t m = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+  for (int j = 0; j < kN; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
   return m;
 }
 

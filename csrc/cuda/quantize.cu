@@ -38,19 +38,21 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16
+// (16 elements) or fp32 (8 elements); 32 fp32 elements also fill whole MXFP4 blocks.
 template <class Source>
 void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOutputs& out, cudaStream_t stream) {
-  const int64_t num_groups = input.numel() / 8;
-  uint32_t* data = reinterpret_cast<uint32_t*>(out.data.mutable_data_ptr<uint8_t>());
+  uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
-    const unsigned grid = grid_for(num_groups, kThreads);  // >= 1: block 0 also publishes g
+    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
+    const unsigned grid = grid_for(num_chunks, kThreads);  // >= 1: block 0 also publishes g
     if (is_aligned(x, 16)) {
-      quantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(x, num_groups, source, data, scales);
+      quantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales);
     } else {
-      quantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(x, num_groups, source, data, scales);
+      quantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -58,16 +60,17 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
 
 void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out,
                                         cudaStream_t stream) {
-  uint32_t* data = reinterpret_cast<uint32_t*>(out.data.mutable_data_ptr<uint8_t>());
+  uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
   float* g = scale_out.mutable_data_ptr<float>();
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
+    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
     if (is_aligned(x, 16)) {
-      quantize_nvfp4_single_block_kernel<T, true><<<1, kSingleBlockThreads, 0, stream>>>(x, input.numel() / 8, g, data, scales);
+      quantize_nvfp4_single_block_kernel<T, true><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales);
     } else {
-      quantize_nvfp4_single_block_kernel<T, false><<<1, kSingleBlockThreads, 0, stream>>>(x, input.numel() / 8, g, data, scales);
+      quantize_nvfp4_single_block_kernel<T, false><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,10 +1,11 @@
 // NVFP4 / MXFP4 quantize and dequantize kernels (SPEC 2, 3): raw pointers, no torch headers.
 //
-// Work unit: a "group" of 8 consecutive elements per thread (one 16-byte load of bf16/fp16, two
-// of fp32; one 4-byte word of packed codes). A scale block of Format::kBlock elements spans
-// kBlock / 8 adjacent lanes (2 for NVFP4, 4 for MXFP4), which combine their maxima with one or
-// two xor-shuffles; every lane of a block then derives the same scale (SIMT makes the redundant
-// work free) and packs its own 8 codes.
+// Quantize work unit: a "chunk" of 32 input bytes per thread and step (16 bf16/fp16 elements or 8
+// fp32 ones: two 16-byte loads; 8 or 4 bytes of packed codes out). A scale block of
+// Format::kBlock elements spans kBlock / chunk adjacent lanes (1 or 2 for NVFP4, 2 or 4 for
+// MXFP4), which combine their maxima with xor-shuffles; every lane of a block then derives the
+// same scale (SIMT makes the redundant work free) and packs its own codes. Wide chunks amortize
+// the exact scale math (three correctly rounded divisions for NVFP4) over more elements.
 #pragma once
 
 #include <cstdint>
@@ -42,60 +43,67 @@ struct Mxfp4Source {
   __device__ __forceinline__ void publish(const Mxfp4Format&) const {}
 };
 
-// Quantize groups [0, num_groups) from this thread's grid-stride share. The loop runs warp-
+// Quantize chunks [0, num_chunks) from this thread's grid-stride share. The loop runs warp-
 // uniformly so every lane takes part in the shuffles; lanes past the end carry zeros and store
 // nothing. Requires blockDim.x and the stride to be multiples of 32.
 template <typename T, bool kAligned, class Format>
-__device__ __forceinline__ void quantize_groups(const T* __restrict__ x,  // [num_groups * 8]
-                                                int64_t num_groups, int64_t first, int64_t stride,
+__device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [num_chunks * kN]
+                                                int64_t num_chunks, int64_t first, int64_t stride,
                                                 const Format& format,
-                                                uint32_t* __restrict__ data,   // [num_groups] 8 codes each
-                                                uint8_t* __restrict__ scales)  // [num_groups / lanes]
+                                                uint8_t* __restrict__ data,    // [num_chunks * kN / 2]
+                                                uint8_t* __restrict__ scales)  // [num_chunks * kN / kBlock]
 {
-  constexpr int kLanesPerBlock = Format::kBlock / 8;
+  constexpr int kN = kElemsPer32Bytes<T>;
+  constexpr int kLanesPerBlock = Format::kBlock / kN;
+  using Codes = std::conditional_t<kN == 16, uint2, uint32_t>;  // kN / 2 bytes of codes
   const int lane = threadIdx.x % 32;
-  for (int64_t warp_base = first - lane; warp_base < num_groups; warp_base += stride) {
-    const int64_t g = warp_base + lane;
-    const bool active = g < num_groups;
-    float v[8] = {};
-    if (active) load_group8<T, kAligned>(x, g, v);
-    uint32_t m = group_max_bits(v);
+  for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += stride) {
+    const int64_t c = warp_base + lane;
+    const bool active = c < num_chunks;
+    float v[kN] = {};
+    if (active) load_chunk32<T, kAligned>(x, c, v);
+    uint32_t m = max_abs_bits(v);
 #pragma unroll
     for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
     const bool finite = m < kInfBits;
     const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
-    uint32_t word = 0;
+    uint32_t words[kN / 8];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) word |= encode_element_pair(enc, v[2 * j], v[2 * j + 1]) << (8 * j);
+    for (int w = 0; w < kN / 8; ++w) {
+      words[w] = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) words[w] |= encode_element_pair(enc, v[8 * w + 2 * j], v[8 * w + 2 * j + 1]) << (8 * j);
+    }
     if (active) {
-      __stcs(data + g, word);
-      if (g % kLanesPerBlock == 0) scales[g / kLanesPerBlock] = static_cast<uint8_t>(enc.scale_code);
+      __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
+      if (c % kLanesPerBlock == 0) scales[c / kLanesPerBlock] = static_cast<uint8_t>(enc.scale_code);
     }
   }
 }
 
 template <typename T, bool kAligned, class Source>
-__global__ void quantize_kernel(const T* __restrict__ x, int64_t num_groups, Source source,
-                                uint32_t* __restrict__ data, uint8_t* __restrict__ scales) {
+__global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Source source,
+                                uint8_t* __restrict__ data, uint8_t* __restrict__ scales) {
   const typename Source::Format format = source.make();
   source.publish(format);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  quantize_groups<T, kAligned>(x, num_groups, first, static_cast<int64_t>(gridDim.x) * blockDim.x, format, data,
+  quantize_chunks<T, kAligned>(x, num_chunks, first, static_cast<int64_t>(gridDim.x) * blockDim.x, format, data,
                                scales);
 }
 
 // Dynamic NVFP4 for small tensors in one launch: one thread block reduces the amax, derives g
 // and quantizes (the second read hits L1/L2). Launch with exactly one block.
 template <typename T, bool kAligned>
-__global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int64_t num_groups,
-                                                   float* __restrict__ scale_out, uint32_t* __restrict__ data,
+__global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int64_t num_chunks,
+                                                   float* __restrict__ scale_out, uint8_t* __restrict__ data,
                                                    uint8_t* __restrict__ scales) {
   __shared__ uint32_t scratch[32];
+  const int64_t numel = num_chunks * kElemsPer32Bytes<T>;
   const uint32_t amax_bits =
-      block_reduce_max(thread_finite_max_bits<T, kAligned>(x, num_groups * 8, threadIdx.x, blockDim.x), scratch);
+      block_reduce_max(thread_finite_max_bits<T, kAligned>(x, numel, threadIdx.x, blockDim.x), scratch);
   const Nvfp4Format format{nvfp4_global_scale_from_amax(__uint_as_float(amax_bits))};
   if (threadIdx.x == 0) *scale_out = format.global_scale;
-  quantize_groups<T, kAligned>(x, num_groups, threadIdx.x, blockDim.x, format, data, scales);
+  quantize_chunks<T, kAligned>(x, num_chunks, threadIdx.x, blockDim.x, format, data, scales);
 }
 
 // out = E2M1(code) * decoded block scale, one rounding to OutT. Each step of a thread writes one
