@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -91,9 +92,17 @@ def rows_for(numel: int, dtype: torch.dtype, ceil: dict[str, float]) -> list[dic
 
 
 def banner() -> dict:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # FP4OPS_GIT_COMMIT names the commit where the tree was copied without its .git folder.
+    commit = os.environ.get("FP4OPS_GIT_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "commit": commit or "unknown", "host": platform.node()}
+            "commit": commit or "unknown", "driver": driver_version(), "host": platform.node()}
+
+
+def driver_version() -> str:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 
 def main() -> None:
