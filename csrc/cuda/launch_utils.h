@@ -31,14 +31,13 @@ inline bool is_aligned(const void* p, std::uintptr_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-// Grid for a grid-stride loop over `work_items`: one full wave (as many blocks as the SMs hold at
-// once, so no second wave leaves a tail), never more than the work needs.
+// Grid for a grid-stride loop over `work_items`: 16 blocks per SM (two waves of 256-thread blocks
+// on an H100), never more than the work needs. A single resident wave measured 1-3 points worse
+// on the bf16 quantizers (docs/performance.md).
 inline unsigned grid_for(int64_t work_items, int threads_per_block) {
-  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
-  const int64_t resident = static_cast<int64_t>(props->multiProcessorCount) *
-                           std::max(1, props->maxThreadsPerMultiProcessor / threads_per_block);
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t wanted = (work_items + threads_per_block - 1) / threads_per_block;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, resident)));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
 }
 
 }  // namespace fp4ops::cuda
