@@ -103,3 +103,30 @@ def test_e4m3_scale_rounding_over_every_16bit_magnitude(dtype):
     data, scales, _ = reference.quantize_nvfp4(blocks, torch.tensor(1.0))
     assert_same_bytes(q.scales, scales, "scales")
     assert_same_bytes(q.data, data, "data")
+
+
+@pytest.mark.parametrize("scale_rule", ["floor", "rceil"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_e8m0_scale_rules_over_every_16bit_magnitude(dtype, scale_rule):
+    """Blocks whose max is each positive finite fp16/bf16 value (bf16 reaches down to the fp32
+    subnormals, where rceil's quotient bmax / 6 rounds coarser than bmax)."""
+    x = all_bit_patterns(dtype).float()
+    magnitudes = x[torch.isfinite(x) & (x > 0)]
+    blocks = (magnitudes.reshape(-1, 1) * torch.linspace(1.0, -0.5, 32).reshape(1, 32)).to(dtype)
+    q = fp4ops.quantize_mxfp4(blocks, scale_rule=scale_rule)
+    data, scales = reference.quantize_mxfp4(blocks, scale_rule)
+    assert_same_bytes(q.scales, scales, "scales")
+    assert_same_bytes(q.data, data, "data")
+
+
+@pytest.mark.parametrize("scale_rule", ["floor", "rceil"])
+def test_e8m0_scale_rules_over_random_fp32_maxima(scale_rule):
+    """2^20 random positive fp32 bit patterns as block maxima, subnormals and the rceil switch
+    point near 2^-123 included."""
+    bits = torch.randint(1, 0x7F800000, (1 << 20,), dtype=torch.int64).to(torch.int32)
+    bits[: 1 << 12] = torch.randint(1, 0x02000000, (1 << 12,), dtype=torch.int64).to(torch.int32)  # below 2^-123
+    blocks = torch.zeros(bits.numel(), 32)
+    blocks[:, 0] = bits.view(torch.float32)
+    q = fp4ops.quantize_mxfp4(blocks, scale_rule=scale_rule)
+    _, scales = reference.quantize_mxfp4(blocks, scale_rule)
+    assert_same_bytes(q.scales, scales, "scales")

@@ -266,21 +266,26 @@ FP4OPS_HD uint32_t e8m0_scale_floor(float bmax) {
   return field > 2 ? static_cast<uint32_t>(field - 2) : 0u;
 }
 
-// MXFP4 "rceil" rule: E = clamp(ceil(log2(bmax / 6)) + 127, 0, 254), E = 0 when bmax / 6 == 0.
-// ceil(log2 t) + 127 is the exponent field, plus one unless t is a power of two; for a
-// subnormal t = m * 2^-149 it is ceil(log2 m) - 22, which clamps to 0 or 1.
+// MXFP4 "rceil" rule: E = clamp(ceil(log2(t)) + 127, 0, 254) with t = RN(bmax / 6), E = 0 when
+// t == 0. For bmax >= 2^-123 (t normal) the rounded quotient has the same ceil(log2) as the exact
+// one: t <= 2^k <=> bmax <= 6 * 2^k, because the next float above 6 * 2^k divided by 6 clears the
+// rounding midpoint above 2^k. With bmax = M * 2^(field - 127) and bmax / 6 = (M / 1.5) *
+// 2^(field - 129), that gives E = field - 2, plus 1 when M > 1.5; no division on the common path.
+// Tinier maxima take the division: there t can be subnormal and round coarser than bmax.
 FP4OPS_HD uint32_t e8m0_scale_rceil(float bmax) {
+  const uint32_t b = float_to_bits(bmax);
+  const uint32_t field = b >> 23;
+  if (field >= 4) {
+    const uint32_t biased = field - 2 + ((b & 0x7FFFFFu) > 0x400000u);
+    return biased < 254u ? biased : 254u;
+  }
   const uint32_t t = float_to_bits(div_rn(bmax, kE2M1Max));
   if (t == 0) return 0;
-  const uint32_t field = t >> 23;
-  const uint32_t mantissa = t & 0x7FFFFFu;
-  if (field == 0) {
-    int ceil_log2_m = 0;
-    while ((1u << ceil_log2_m) < mantissa) ++ceil_log2_m;
-    return ceil_log2_m - 22 > 0 ? static_cast<uint32_t>(ceil_log2_m - 22) : 0u;
-  }
-  const uint32_t biased = field + (mantissa != 0);
-  return biased < 254u ? biased : 254u;
+  // t < 2^-123 / 6 < 2^-125: ceil(log2 t) + 127 is at most 2 here, and 0 below 2^-127.
+  const uint32_t t_field = t >> 23;
+  const uint32_t t_mantissa = t & 0x7FFFFFu;
+  if (t_field == 0) return t_mantissa > 0x400000u ? 1u : 0u;  // t in (2^-127, 2^-126) -> E = 1
+  return t_field + (t_mantissa != 0);
 }
 
 }  // namespace fp4ops
