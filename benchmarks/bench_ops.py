@@ -12,13 +12,13 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 
 import torch
 from tabulate import tabulate
 
 import fp4ops
+from fp4ops.timing import median_time_us
 
 FLUSH = None
 
@@ -31,18 +31,8 @@ def flush_l2() -> None:
 
 
 def time_us(fn, reps: int = 30) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush_l2()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    """Cold-L2 median of `reps` calls."""
+    return median_time_us(fn, torch.device("cuda"), repeats=reps, before_each=flush_l2)
 
 
 def ceilings() -> dict[str, float]:

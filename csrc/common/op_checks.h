@@ -72,6 +72,14 @@ inline void check_global_scale(const at::Tensor& global_scale, const at::Tensor&
   check_same_device(global_scale, "global_scale", ref, ref_name);
 }
 
+// The arguments of dequantize_nvfp4 / dequantize_mxfp4 (global_scale only for NVFP4).
+inline void check_dequantize_args(const at::Tensor& data, const at::Tensor& scales, at::ScalarType scale_dtype,
+                                  int64_t block, at::ScalarType dtype) {
+  check_packed(data, "data");
+  check_scales(scales, data, scale_dtype, block);
+  check_out_dtype(dtype);
+}
+
 inline std::vector<int64_t> with_last_dim(const at::Tensor& t, int64_t last) {
   auto sizes = t.sizes().vec();
   sizes.back() = last;

@@ -47,17 +47,13 @@ at::Tensor dequantize(const at::Tensor& data, const at::Tensor& scales, const Fo
 
 at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, const at::Tensor& global_scale,
                             at::ScalarType dtype) {
-  check_packed(data, "data");
-  check_scales(scales, data, at::kFloat8_e4m3fn, kNvfp4Block);
+  check_dequantize_args(data, scales, at::kFloat8_e4m3fn, kNvfp4Block, dtype);
   check_global_scale(global_scale, data, "data");
-  check_out_dtype(dtype);
   return dequantize(data, scales, Nvfp4Format{global_scale.item<float>()}, dtype);
 }
 
 at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype) {
-  check_packed(data, "data");
-  check_scales(scales, data, at::kFloat8_e8m0fnu, kMxfp4Block);
-  check_out_dtype(dtype);
+  check_dequantize_args(data, scales, at::kFloat8_e8m0fnu, kMxfp4Block, dtype);
   return dequantize(data, scales, Mxfp4Format{Mxfp4ScaleRule::kFloor}, dtype);
 }
 

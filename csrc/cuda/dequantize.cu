@@ -43,19 +43,15 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
 
 at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, const at::Tensor& global_scale,
                             at::ScalarType dtype) {
-  check_packed(data, "data");
-  check_scales(scales, data, at::kFloat8_e4m3fn, kNvfp4Block);
+  check_dequantize_args(data, scales, at::kFloat8_e4m3fn, kNvfp4Block, dtype);
   check_global_scale(global_scale, data, "data");
-  check_out_dtype(dtype);
   const c10::cuda::CUDAGuard guard(data.device());
   const at::Tensor g = global_scale.reshape({}).contiguous();
   return launch_dequantize(data, scales, Nvfp4Source{g.const_data_ptr<float>(), false, nullptr}, dtype);
 }
 
 at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype) {
-  check_packed(data, "data");
-  check_scales(scales, data, at::kFloat8_e8m0fnu, kMxfp4Block);
-  check_out_dtype(dtype);
+  check_dequantize_args(data, scales, at::kFloat8_e8m0fnu, kMxfp4Block, dtype);
   const c10::cuda::CUDAGuard guard(data.device());
   return launch_dequantize(data, scales, Mxfp4Source{Mxfp4ScaleRule::kFloor}, dtype);
 }

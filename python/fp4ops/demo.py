@@ -3,13 +3,12 @@ format on the best device present and report quality and speed."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
 from . import ops
+from .timing import median_time_us
 
 
 def weight_like_sample(rows: int, cols: int, seed: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -42,24 +41,6 @@ class Row:
     gb_per_s: float
 
 
-def _time_us(fn, device: torch.device, repeats: int = 20) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
-
-
 def sqnr_db(x: torch.Tensor, y: torch.Tensor) -> float:
     x, y = x.double(), y.double()
     return float(10 * torch.log10(x.square().sum() / (x - y).square().sum()))
@@ -78,7 +59,7 @@ def run(rows: int = 4096, cols: int = 4096, seed: int = 0, device: torch.device 
         q = quantize()
         y = q.dequantize(torch.float32)
         moved = x.numel() * x.element_size() + q.data.numel() + q.scales.numel()
-        t = _time_us(quantize, device)
+        t = median_time_us(quantize, device, repeats=20)
         results.append(Row(name, sqnr_db(x, y), float((x.float() - y).abs().max()), t, moved / t / 1e3))
     return results
 
