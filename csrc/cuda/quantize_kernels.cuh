@@ -43,36 +43,9 @@ struct Mxfp4Source {
   __device__ __forceinline__ void publish(const Mxfp4Format&) const {}
 };
 
-// Scale, encode and store one loaded chunk. Every lane of the warp must call this together (the
-// block max travels by shuffles); lanes with active == false carry zeros and store nothing.
-template <typename T, class Format>
-__device__ __forceinline__ void encode_chunk(const Format& format, const float (&v)[kElemsPer32Bytes<T>], int64_t c,
-                                             bool active, uint8_t* __restrict__ data, uint8_t* __restrict__ scales) {
-  constexpr int kN = kElemsPer32Bytes<T>;
-  constexpr int kLanesPerBlock = Format::kBlock / kN;
-  using Codes = std::conditional_t<kN == 16, uint2, uint32_t>;  // kN / 2 bytes of codes
-  uint32_t m = max_abs_bits(v);
-#pragma unroll
-  for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-  const bool finite = m < kInfBits;
-  const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
-  uint32_t words[kN / 8];
-#pragma unroll
-  for (int w = 0; w < kN / 8; ++w) {
-    words[w] = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) words[w] |= encode_element_pair(enc, v[8 * w + 2 * j], v[8 * w + 2 * j + 1]) << (8 * j);
-  }
-  if (active) {
-    __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
-    if (c % kLanesPerBlock == 0) scales[c / kLanesPerBlock] = static_cast<uint8_t>(enc.scale_code);
-  }
-}
-
-// Quantize chunks [0, num_chunks) from this thread's grid-stride share, two chunks per step: both
-// loads are in flight before either chunk's arithmetic, and the two encodes interleave. The loop
-// runs warp-uniformly so every lane takes part in the shuffles. Requires blockDim.x and the
-// stride to be multiples of 32.
+// Quantize chunks [0, num_chunks) from this thread's grid-stride share. The loop runs warp-
+// uniformly so every lane takes part in the shuffles; lanes past the end carry zeros and store
+// nothing. Requires blockDim.x and the stride to be multiples of 32.
 template <typename T, bool kAligned, class Format>
 __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [num_chunks * kN]
                                                 int64_t num_chunks, int64_t first, int64_t stride,
@@ -81,15 +54,30 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
                                                 uint8_t* __restrict__ scales)  // [num_chunks * kN / kBlock]
 {
   constexpr int kN = kElemsPer32Bytes<T>;
+  constexpr int kLanesPerBlock = Format::kBlock / kN;
+  using Codes = std::conditional_t<kN == 16, uint2, uint32_t>;  // kN / 2 bytes of codes
   const int lane = threadIdx.x % 32;
-  for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += 2 * stride) {
-    const int64_t c0 = warp_base + lane, c1 = c0 + stride;
-    const bool active0 = c0 < num_chunks, active1 = c1 < num_chunks;
-    float v0[kN] = {}, v1[kN] = {};
-    if (active0) load_chunk32<T, kAligned>(x, c0, v0);
-    if (active1) load_chunk32<T, kAligned>(x, c1, v1);
-    encode_chunk<T>(format, v0, c0, active0, data, scales);
-    encode_chunk<T>(format, v1, c1, active1, data, scales);
+  for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += stride) {
+    const int64_t c = warp_base + lane;
+    const bool active = c < num_chunks;
+    float v[kN] = {};
+    if (active) load_chunk32<T, kAligned>(x, c, v);
+    uint32_t m = max_abs_bits(v);
+#pragma unroll
+    for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    const bool finite = m < kInfBits;
+    const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
+    uint32_t words[kN / 8];
+#pragma unroll
+    for (int w = 0; w < kN / 8; ++w) {
+      words[w] = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) words[w] |= encode_element_pair(enc, v[8 * w + 2 * j], v[8 * w + 2 * j + 1]) << (8 * j);
+    }
+    if (active) {
+      __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
+      if (c % kLanesPerBlock == 0) scales[c / kLanesPerBlock] = static_cast<uint8_t>(enc.scale_code);
+    }
   }
 }
 
