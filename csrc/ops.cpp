@@ -27,4 +27,11 @@ TORCH_LIBRARY(fp4ops, m) {
   // SPEC 1 with no scaling: x [..., K] (K even) <-> packed E2M1 uint8 [..., K/2].
   m.def("cast_to_e2m1(Tensor x) -> Tensor");
   m.def("cast_from_e2m1(Tensor data, ScalarType dtype) -> Tensor");
+  // SPEC 5: y[l, m] = sum_k A[l, m, k] * B[l, k]. A: data uint8 [L, M, K/2] with scales
+  // [L, M, K/block] (float8_e4m3fn: NVFP4 with a_global_scale; float8_e8m0fnu: MXFP4, no global
+  // scale). B dense fp16/bf16 [L, K], or FP4 of A's format: data [L, K/2], scales [L, K/block].
+  // Output [L, M] in out_dtype (fp16, bf16 or fp32).
+  m.def("gemv_fp4_dense(Tensor a_data, Tensor a_scales, Tensor? a_global_scale, Tensor b, ScalarType out_dtype) -> Tensor");
+  m.def("gemv_fp4_fp4(Tensor a_data, Tensor a_scales, Tensor? a_global_scale, Tensor b_data, Tensor b_scales, "
+        "Tensor? b_global_scale, ScalarType out_dtype) -> Tensor");
 }

@@ -28,7 +28,13 @@ def casts_and_amax(x):
     return fp4ops.cast_from_e2m1(fp4ops.cast_to_e2m1(x), torch.float32), fp4ops.amax(x)
 
 
-@pytest.mark.parametrize("fn", [nvfp4_round_trip, nvfp4_given_scale_round_trip, mxfp4_round_trip, casts_and_amax])
+def quantize_then_gemv(x):
+    q = fp4ops.quantize_mxfp4(x)
+    return (fp4ops.gemv(q, x[:, 0, :], out_dtype=torch.float32),)
+
+
+@pytest.mark.parametrize("fn", [nvfp4_round_trip, nvfp4_given_scale_round_trip, mxfp4_round_trip, casts_and_amax,
+                                quantize_then_gemv])
 def test_fullgraph_compile_matches_eager(fn):
     torch._dynamo.reset()
     x = torch.randn(4, 8, 64, dtype=torch.bfloat16) * 5

@@ -34,6 +34,16 @@ def samples(device: str):
             ("cast_from_e2m1", (data, dtype)),
         ]
     out.append(("quantize_nvfp4", (torch.empty(0, 16, device=device), None)))
+    nv = torch.ops.fp4ops.quantize_nvfp4(torch.randn(2, 5, 64, device=device), None) if device == "cpu" or cuda_has_kernel("quantize_nvfp4") else None
+    mx = torch.ops.fp4ops.quantize_mxfp4(torch.randn(2, 5, 64, device=device), "floor") if nv is not None else None
+    if nv is not None:
+        b_nv = torch.ops.fp4ops.quantize_nvfp4(torch.randn(2, 64, device=device), None)
+        b_mx = torch.ops.fp4ops.quantize_mxfp4(torch.randn(2, 64, device=device), "rceil")
+        for b_dtype, out_dtype in ((torch.bfloat16, torch.float16), (torch.float16, torch.float32)):
+            b = torch.randn(2, 64, device=device, dtype=b_dtype)
+            out += [("gemv_fp4_dense", (nv[0], nv[1], nv[2], b, out_dtype)), ("gemv_fp4_dense", (mx[0], mx[1], None, b, out_dtype))]
+        out += [("gemv_fp4_fp4", (nv[0], nv[1], nv[2], b_nv[0], b_nv[1], b_nv[2], torch.bfloat16)),
+                ("gemv_fp4_fp4", (mx[0], mx[1], None, b_mx[0], b_mx[1], None, torch.float32))]
     return out
 
 

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 
 #include "block_formats.h"
@@ -78,6 +79,51 @@ inline void check_dequantize_args(const at::Tensor& data, const at::Tensor& scal
   check_packed(data, "data");
   check_scales(scales, data, scale_dtype, block);
   check_out_dtype(dtype);
+}
+
+// GEMV (SPEC 5): A data [L, M, K/2] with scales of its format; the global scale is present
+// exactly for NVFP4. Returns the block size of A's format.
+inline int64_t check_gemv_a(const at::Tensor& data, const at::Tensor& scales, const std::optional<at::Tensor>& global_scale) {
+  check_packed(data, "a_data");
+  TORCH_CHECK(data.dim() == 3, "a_data: expected 3 dimensions [L, M, K/2], got ", int_str(data.dim()));
+  const bool nvfp4 = scales.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(nvfp4 || scales.scalar_type() == at::kFloat8_e8m0fnu,
+              "a_scales: expected float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4), got ", scales.scalar_type());
+  const int64_t block = nvfp4 ? kNvfp4Block : kMxfp4Block;
+  check_scales(scales, data, scales.scalar_type(), block);
+  TORCH_CHECK(global_scale.has_value() == nvfp4, "a_global_scale: expected ", nvfp4 ? "a tensor for NVFP4" : "None for MXFP4");
+  if (global_scale.has_value()) check_global_scale(*global_scale, data, "a_data");
+  return block;
+}
+
+// B of a GEMV: [L, K] dense fp16/bf16 (b_scales absent) or FP4 data [L, K/2] of A's format.
+inline void check_gemv_b(const at::Tensor& a_data, const at::Tensor& a_scales, const at::Tensor& b,
+                         const at::Tensor* b_scales, const std::optional<at::Tensor>& b_global_scale) {
+  check_same_device(b, b_scales ? "b_data" : "b", a_data, "a_data");
+  TORCH_CHECK(b.dim() == 2, b_scales ? "b_data" : "b", ": expected 2 dimensions [L, K], got ", int_str(b.dim()));
+  TORCH_CHECK(b.size(0) == a_data.size(0), b_scales ? "b_data" : "b", ": expected L = ", int_str(a_data.size(0)),
+              " (from a_data), got ", int_str(b.size(0)));
+  if (b_scales == nullptr) {
+    TORCH_CHECK(b.scalar_type() == at::kHalf || b.scalar_type() == at::kBFloat16,
+                "b: expected float16 or bfloat16, got ", b.scalar_type());
+    TORCH_CHECK(b.size(1) == a_data.size(2) * 2, "b: expected K = ", int_str(a_data.size(2) * 2), " (from a_data), got ",
+                int_str(b.size(1)));
+    return;
+  }
+  check_packed(b, "b_data");
+  TORCH_CHECK(b.size(1) == a_data.size(2), "b_data: expected K/2 = ", int_str(a_data.size(2)),
+              " (from a_data), got ", int_str(b.size(1)));
+  TORCH_CHECK(b_scales->scalar_type() == a_scales.scalar_type(), "b_scales: expected ", a_scales.scalar_type(),
+              " (the format of a), got ", b_scales->scalar_type());
+  check_scales(*b_scales, b, a_scales.scalar_type(), a_scales.scalar_type() == at::kFloat8_e4m3fn ? kNvfp4Block : kMxfp4Block);
+  const bool nvfp4 = a_scales.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(b_global_scale.has_value() == nvfp4, "b_global_scale: expected ", nvfp4 ? "a tensor for NVFP4" : "None for MXFP4");
+  if (b_global_scale.has_value()) check_global_scale(*b_global_scale, a_data, "a_data");
+}
+
+inline void check_gemv_out_dtype(at::ScalarType dtype) {
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat,
+              "out_dtype: expected float16, bfloat16 or float32, got ", dtype);
 }
 
 inline std::vector<int64_t> with_last_dim(const at::Tensor& t, int64_t last) {

@@ -17,5 +17,12 @@ at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, co
 at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype);
 at::Tensor cast_to_e2m1(const at::Tensor& x);
 at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype);
+at::Tensor gemv_fp4_dense(const at::Tensor& a_data, const at::Tensor& a_scales,
+                          const std::optional<at::Tensor>& a_global_scale, const at::Tensor& b,
+                          at::ScalarType out_dtype);
+at::Tensor gemv_fp4_fp4(const at::Tensor& a_data, const at::Tensor& a_scales,
+                        const std::optional<at::Tensor>& a_global_scale, const at::Tensor& b_data,
+                        const at::Tensor& b_scales, const std::optional<at::Tensor>& b_global_scale,
+                        at::ScalarType out_dtype);
 
 }  // namespace fp4ops::cuda

@@ -10,4 +10,6 @@ TORCH_LIBRARY_IMPL(fp4ops, CUDA, m) {
   m.impl("dequantize_mxfp4", &fp4ops::cuda::dequantize_mxfp4);
   m.impl("cast_to_e2m1", &fp4ops::cuda::cast_to_e2m1);
   m.impl("cast_from_e2m1", &fp4ops::cuda::cast_from_e2m1);
+  m.impl("gemv_fp4_dense", &fp4ops::cuda::gemv_fp4_dense);
+  m.impl("gemv_fp4_fp4", &fp4ops::cuda::gemv_fp4_fp4);
 }

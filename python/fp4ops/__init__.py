@@ -18,6 +18,7 @@ from .ops import (  # noqa: E402
     quantize_mxfp4,
     quantize_nvfp4,
 )
+from .gemv import gemv  # noqa: E402
 from .tensor import MXFP4Tensor, NVFP4Tensor  # noqa: E402
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "cast_from_e2m1",
     "cast_to_e2m1",
     "dequantize",
+    "gemv",
     "quantize_mxfp4",
     "quantize_nvfp4",
     "reference",

@@ -47,3 +47,13 @@ def _cast_to_e2m1_fake(x):
 @torch.library.register_fake("fp4ops::cast_from_e2m1")
 def _cast_from_e2m1_fake(data, dtype):
     return data.new_empty(unpacked_shape(data.shape), dtype=dtype)
+
+
+@torch.library.register_fake("fp4ops::gemv_fp4_dense")
+def _gemv_fp4_dense_fake(a_data, a_scales, a_global_scale, b, out_dtype):
+    return a_data.new_empty(a_data.shape[:2], dtype=out_dtype)
+
+
+@torch.library.register_fake("fp4ops::gemv_fp4_fp4")
+def _gemv_fp4_fp4_fake(a_data, a_scales, a_global_scale, b_data, b_scales, b_global_scale, out_dtype):
+    return a_data.new_empty(a_data.shape[:2], dtype=out_dtype)

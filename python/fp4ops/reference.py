@@ -172,3 +172,84 @@ def cast_to_e2m1(x: torch.Tensor) -> torch.Tensor:
 
 def cast_from_e2m1(data: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     return e2m1_decode(unpack_e2m1(data)).to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# GEMV (SPEC 5)
+
+
+def dequantize_exact(q) -> torch.Tensor:
+    """An NVFP4Tensor/MXFP4Tensor as float64, exactly (every product of codes and scales fits)."""
+    values = e2m1_decode(unpack_e2m1(q.data)).double()
+    if q.scales.dtype == torch.float8_e4m3fn:
+        factor = e4m3_decode(q.scales).double() * q.global_scale.double()
+        block = NVFP4_BLOCK
+    else:
+        factor = e8m0_decode(q.scales).double()
+        block = MXFP4_BLOCK
+    blocks = values.reshape(*values.shape[:-1], values.shape[-1] // block, block)
+    return (blocks * factor.unsqueeze(-1)).flatten(-2)
+
+
+def gemv_float64(a, b) -> torch.Tensor:
+    """y[l, m] = sum_k A[l, m, k] * B[l, k] in float64 on the dequantized operands (SPEC 5's
+    reference). a: NVFP4Tensor/MXFP4Tensor [L, M, K] or [M, K]; b: the same format or dense."""
+    a64 = dequantize_exact(a)
+    b64 = dequantize_exact(b) if hasattr(b, "scales") else b.double()
+    return (a64 * b64.unsqueeze(-2)).sum(-1)
+
+
+def gemv_error_bound(a, b, out_dtype: torch.dtype) -> torch.Tensor:
+    """SPEC 5's tolerance per output: 2^-10 * sum_k |A_k B_k| + half an ulp of out_dtype at |ref|."""
+    a64 = dequantize_exact(a)
+    b64 = dequantize_exact(b) if hasattr(b, "scales") else b.double()
+    magnitude = (a64 * b64.unsqueeze(-2)).abs().sum(-1)
+    ref = gemv_float64(a, b).abs()
+    finfo = torch.finfo(out_dtype)
+    # ulp at |ref| = eps * 2^floor(log2 |ref|), and no smaller than the subnormal spacing.
+    exponent = torch.floor(torch.log2(ref.clamp(min=finfo.smallest_normal)))
+    half_ulp = 0.5 * finfo.eps * torch.exp2(exponent)
+    return 2.0**-10 * magnitude + half_ulp
+
+
+def swizzle_scales_128x4(scales: torch.Tensor) -> torch.Tensor:
+    """[rows, cols] scale bytes -> the cuBLAS/tcgen05 128x4 block-scale layout of SPEC 4, flat:
+    rows padded to 128, columns to 4, padding bytes zero; byte (i, j) lands at
+    ((i // 128) * ceil(cols / 4) + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4."""
+    rows, cols = scales.shape
+    raw = scales.view(torch.uint8)
+    padded_rows, padded_cols = -(-rows // 128) * 128, -(-cols // 4) * 4
+    padded = torch.zeros(padded_rows, padded_cols, dtype=torch.uint8, device=scales.device)
+    padded[:rows, :cols] = raw
+    # [row tiles, 4 (i % 128 // 32), 32 (i % 32), col tiles, 4 (j % 4)] -> [row tiles, col tiles, 32, 4, 4]
+    tiles = padded.reshape(padded_rows // 128, 4, 32, padded_cols // 4, 4).permute(0, 3, 2, 1, 4)
+    return tiles.reshape(-1).view(scales.dtype)
+
+
+def scaled_mm_gemv(a, b, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """The same GEMV through torch._scaled_mm (FP4 tensor cores; compute capability >= 10 only):
+    scales swizzled to the 128x4 layout, B padded to 128 rows, one call per batch index, NVFP4
+    global scales multiplied in afterwards. a [L, M, K] or [M, K]; b the same FP4 format [L, K]/[K]."""
+    batched = a.data.dim() == 3
+    a_data = a.data if batched else a.data.unsqueeze(0)
+    a_scales = a.scales if batched else a.scales.unsqueeze(0)
+    b_data = b.data if batched else b.data.unsqueeze(0)
+    b_scales = b.scales if batched else b.scales.unsqueeze(0)
+    outs = []
+    for l in range(a_data.shape[0]):
+        b_rows = torch.zeros(128, b_data.shape[-1], dtype=torch.uint8, device=b_data.device)
+        b_rows[0] = b_data[l]
+        b_scale_rows = torch.zeros(128, b_scales.shape[-1], dtype=torch.uint8, device=b_data.device)
+        b_scale_rows[0] = b_scales[l].view(torch.uint8)
+        y = torch._scaled_mm(
+            a_data[l].view(torch.float4_e2m1fn_x2),
+            b_rows.view(torch.float4_e2m1fn_x2).t(),
+            swizzle_scales_128x4(a_scales[l]),
+            swizzle_scales_128x4(b_scale_rows.view(b_scales.dtype)),
+            out_dtype=torch.float32,
+        )[:, 0]
+        if a.scales.dtype == torch.float8_e4m3fn:
+            y = y * a.global_scale * b.global_scale
+        outs.append(y.to(out_dtype))
+    out = torch.stack(outs)
+    return out if batched else out.squeeze(0)

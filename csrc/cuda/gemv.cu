@@ -1,0 +1,95 @@
+// Launcher for the batched FP4 GEMV: checks, device guard, current stream, dispatch over
+// (format, B kind, lane span, output dtype).
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "../common/op_checks.h"
+#include "gemv_kernels.cuh"
+#include "kernels_cuda.h"
+#include "launch_utils.h"
+
+namespace fp4ops::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// The kernels read A and B with 16-byte vector loads: realign a misaligned view by copying it.
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
+}
+
+template <class Format, typename BT>
+void launch(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>((args.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  if (grid == 0) return;
+  dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
+    using OutT = typename decltype(tag)::type;
+    OutT* y = static_cast<OutT*>(out.mutable_data_ptr());
+    if (args.k % 32 == 0) {
+      gemv_kernel<Format, BT, 32, OutT><<<grid, kWarpsPerBlock * 32, 0, stream>>>(args, y);
+    } else if constexpr (Format::kBlock == 16) {
+      gemv_kernel<Format, BT, 16, OutT><<<grid, kWarpsPerBlock * 32, 0, stream>>>(args, y);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor run(const at::Tensor& a_data, const at::Tensor& a_scales, const std::optional<at::Tensor>& a_global,
+               const at::Tensor& b, const at::Tensor* b_scales, const std::optional<at::Tensor>& b_global,
+               at::ScalarType out_dtype) {
+  const c10::cuda::CUDAGuard guard(a_data.device());
+  const at::Tensor a = aligned_contiguous(a_data), sa = a_scales.contiguous(), bb = aligned_contiguous(b);
+  const at::Tensor sb = b_scales ? b_scales->contiguous() : at::Tensor();
+  const at::Tensor ga = a_global ? a_global->reshape({}).contiguous() : at::Tensor();
+  const at::Tensor gb = b_global ? b_global->reshape({}).contiguous() : at::Tensor();
+  at::Tensor out = at::empty({a.size(0), a.size(1)}, a.options().dtype(out_dtype));
+  const GemvArgs args{a.const_data_ptr<uint8_t>(),
+                      static_cast<const uint8_t*>(sa.const_data_ptr()),
+                      a_global ? ga.const_data_ptr<float>() : nullptr,
+                      bb.const_data_ptr(),
+                      b_scales ? static_cast<const uint8_t*>(sb.const_data_ptr()) : nullptr,
+                      b_global ? gb.const_data_ptr<float>() : nullptr,
+                      a.size(0) * a.size(1),
+                      a.size(1),
+                      a.size(2) * 2};
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const bool nvfp4 = sa.scalar_type() == at::kFloat8_e4m3fn;
+  const auto with_format = [&](auto format_tag) {
+    using Format = typename decltype(format_tag)::type;
+    if (b_scales != nullptr) return launch<Format, uint8_t>(args, out, stream);
+    if (bb.scalar_type() == at::kHalf) return launch<Format, __half>(args, out, stream);
+    return launch<Format, __nv_bfloat16>(args, out, stream);
+  };
+  if (nvfp4) {
+    with_format(TypeTag<Nvfp4Format>{});
+  } else {
+    with_format(TypeTag<Mxfp4Format>{});
+  }
+  return out;
+}
+
+}  // namespace
+
+at::Tensor gemv_fp4_dense(const at::Tensor& a_data, const at::Tensor& a_scales,
+                          const std::optional<at::Tensor>& a_global_scale, const at::Tensor& b,
+                          at::ScalarType out_dtype) {
+  check_gemv_a(a_data, a_scales, a_global_scale);
+  check_gemv_b(a_data, a_scales, b, nullptr, std::nullopt);
+  check_gemv_out_dtype(out_dtype);
+  return run(a_data, a_scales, a_global_scale, b, nullptr, std::nullopt, out_dtype);
+}
+
+at::Tensor gemv_fp4_fp4(const at::Tensor& a_data, const at::Tensor& a_scales,
+                        const std::optional<at::Tensor>& a_global_scale, const at::Tensor& b_data,
+                        const at::Tensor& b_scales, const std::optional<at::Tensor>& b_global_scale,
+                        at::ScalarType out_dtype) {
+  check_gemv_a(a_data, a_scales, a_global_scale);
+  check_gemv_b(a_data, a_scales, b_data, &b_scales, b_global_scale);
+  check_gemv_out_dtype(out_dtype);
+  return run(a_data, a_scales, a_global_scale, b_data, &b_scales, b_global_scale, out_dtype);
+}
+
+}  // namespace fp4ops::cuda

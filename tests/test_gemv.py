@@ -1,0 +1,183 @@
+"""Batched FP4 GEMV (SPEC 5) against the float64 reference, on every device with a kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HAS_CUDA, cuda_has_kernel
+
+import fp4ops
+from fp4ops import reference
+
+DEVICES = ["cpu"] + (["cuda"] if cuda_has_kernel("gemv_fp4_dense") else [])
+OUT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+def quantize(x: torch.Tensor, fmt: str):
+    return fp4ops.quantize_nvfp4(x) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(x)
+
+
+def operands(fmt: str, b_kind: str, shape: tuple, device: str):
+    """A quantized [.., M, K] and B ([.., K], FP4 or dense) from fresh heavy-tailed data."""
+    *lead, m, k = shape
+    a = quantize(torch.distributions.StudentT(3.0).sample(shape).to(device), fmt)
+    b_dense = torch.randn(*lead, k, device=device)
+    b = quantize(b_dense, fmt) if b_kind == "fp4" else b_dense.to(getattr(torch, b_kind))
+    return a, b
+
+
+def assert_within_contract(y: torch.Tensor, a, b, out_dtype: torch.dtype) -> None:
+    ref = reference.gemv_float64(a, b)
+    bound = reference.gemv_error_bound(a, b, out_dtype)
+    err = (y.double() - ref).abs()
+    finite = torch.isfinite(ref)
+    assert (torch.isnan(y) == torch.isnan(ref)).all()
+    assert (err[finite] <= bound[finite]).all(), f"max err/bound {(err[finite] / bound[finite]).max().item():.3f}"
+    assert (y.double().abs()[finite] > 0).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+@pytest.mark.parametrize("b_kind", ["fp4", "bfloat16", "float16"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("shape", [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048)])
+def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
+    a, b = operands(fmt, b_kind, shape, device)
+    y = fp4ops.gemv(a, b, out_dtype=out_dtype)
+    assert y.shape == shape[:-1] and y.dtype == out_dtype and y.device.type == device
+    assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), out_dtype)
+
+
+def to_cpu(t):
+    if isinstance(t, fp4ops.NVFP4Tensor):
+        return fp4ops.NVFP4Tensor(t.data.cpu(), t.scales.cpu(), t.global_scale.cpu())
+    if isinstance(t, fp4ops.MXFP4Tensor):
+        return fp4ops.MXFP4Tensor(t.data.cpu(), t.scales.cpu())
+    return t.cpu()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_largest_scales_and_negative_codes(device, out_dtype):
+    """Codes +-6 with E4M3 scales of 448 on both sides: block products of 6 * 6 * 448 * 448 per
+    element, beyond fp16's range, must not overflow inside the kernel."""
+    l, m, k = 2, 8, 128
+    a_codes = torch.where(torch.rand(l, m, k) < 0.5, 0x7, 0xF).to(torch.uint8)
+    b_codes = torch.where(torch.rand(l, k) < 0.5, 0x7, 0xF).to(torch.uint8)
+    a = fp4ops.NVFP4Tensor(reference.pack_e2m1(a_codes).to(device), torch.full((l, m, k // 16), 448.0).to(torch.float8_e4m3fn).to(device), torch.tensor(1.0, device=device))
+    b = fp4ops.NVFP4Tensor(reference.pack_e2m1(b_codes).to(device), torch.full((l, k // 16), 448.0).to(torch.float8_e4m3fn).to(device), torch.tensor(1.0, device=device))
+    y = fp4ops.gemv(a, b, out_dtype=out_dtype)
+    assert torch.isfinite(y).all()
+    assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), out_dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_row_touching_a_nan_block_is_nan(device, fmt):
+    x = torch.randn(4, 6, 64)
+    x[1, 2, 5] = float("nan")
+    a = quantize(x.to(device), fmt)
+    b = torch.randn(4, 64, device=device, dtype=torch.bfloat16)
+    y = fp4ops.gemv(a, b, out_dtype=torch.float32)
+    assert torch.isnan(y[1, 2]) and torch.isnan(y).sum() == 1
+    b_fp4 = quantize(torch.randn(4, 64, device=device), fmt)
+    y = fp4ops.gemv(a, b_fp4, out_dtype=torch.float32)
+    assert torch.isnan(y[1, 2]) and torch.isnan(y).sum() == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic(device):
+    a, b = operands("nvfp4", "bfloat16", (4, 256, 4096), device)
+    first = fp4ops.gemv(a, b)
+    for _ in range(5):
+        assert torch.equal(fp4ops.gemv(a, b).view(torch.int16), first.view(torch.int16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_seed_layout_is_a_free_permute(device):
+    """The seed problem stores a as [M, K/2, L] viewed from [L, M, K/2] memory (scales
+    [M, K/16, L] likewise); permute(2, 0, 1) gives our layout back without a copy."""
+    l, m, k = 3, 16, 128
+    q = fp4ops.quantize_nvfp4(torch.randn(l, m, k, device=device))
+    seed_a, seed_scales = q.data.permute(1, 2, 0), q.scales.permute(1, 2, 0)  # what the seed hands over
+    ours = fp4ops.NVFP4Tensor(seed_a.permute(2, 0, 1), seed_scales.permute(2, 0, 1), q.global_scale)
+    assert ours.data.data_ptr() == q.data.data_ptr() and ours.data.is_contiguous()
+    b = torch.randn(l, k, device=device, dtype=torch.float16)
+    assert torch.equal(fp4ops.gemv(ours, b), fp4ops.gemv(q, b))
+
+
+def test_swizzle_matches_the_spec_formula():
+    rows, cols = 200, 9
+    scales = torch.randint(1, 255, (rows, cols), dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
+    flat = reference.swizzle_scales_128x4(scales).view(torch.uint8)
+    assert flat.numel() == 256 * 12
+    expected = torch.zeros(256 * 12, dtype=torch.uint8)
+    for i in range(rows):
+        for j in range(cols):
+            offset = ((i // 128) * 3 + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
+            expected[offset] = scales.view(torch.uint8)[i, j]
+    assert torch.equal(flat, expected)  # every padding byte is zero too
+
+
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability() < (10, 0),
+                    reason="torch._scaled_mm with FP4 needs compute capability >= 10 (Blackwell)")
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_scaled_mm_reference_agrees(fmt):
+    a, b = operands(fmt, "fp4", (2, 256, 1024), "cuda")
+    assert_within_contract(reference.scaled_mm_gemv(a, b, torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+
+
+@pytest.mark.parametrize(
+    "call, exception, message",
+    [
+        (lambda a, b: fp4ops.gemv(a, b[..., :32]), ValueError, "b: expected shape (2, 64)"),
+        (lambda a, b: fp4ops.gemv(a, b.float()), TypeError, "b: expected float16 or bfloat16"),
+        (lambda a, b: fp4ops.gemv(a, fp4ops.quantize_mxfp4(b.float())), TypeError, "b: expected NVFP4Tensor"),
+        (lambda a, b: fp4ops.gemv(a, b, out_dtype=torch.int8), TypeError, "out_dtype: expected"),
+        (lambda a, b: fp4ops.gemv(b, b), TypeError, "a: expected an NVFP4Tensor or MXFP4Tensor"),
+    ],
+)
+def test_bad_inputs(call, exception, message):
+    a = fp4ops.quantize_nvfp4(torch.randn(2, 8, 64))
+    b = torch.randn(2, 64, dtype=torch.bfloat16)
+    with pytest.raises(exception) as info:
+        call(a, b)
+    assert message in str(info.value)
+
+
+def test_op_checks_name_the_argument():
+    a = fp4ops.quantize_nvfp4(torch.randn(2, 8, 64))
+    with pytest.raises(RuntimeError, match="b: expected K = 64"):
+        torch.ops.fp4ops.gemv_fp4_dense(a.data, a.scales, a.global_scale, torch.randn(2, 32, dtype=torch.half), torch.half)
+    with pytest.raises(RuntimeError, match="a_global_scale: expected a tensor for NVFP4"):
+        torch.ops.fp4ops.gemv_fp4_dense(a.data, a.scales, None, torch.randn(2, 64, dtype=torch.half), torch.half)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("b_kind", ["fp4", "bfloat16"])
+@pytest.mark.parametrize("k", [16, 48, 4096 + 16])
+def test_nvfp4_k_not_a_multiple_of_32(device, b_kind, k):
+    a, b = operands("nvfp4", b_kind, (2, 33, k), device)
+    assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_misaligned_and_strided_operands(device):
+    a, b = operands("nvfp4", "bfloat16", (2, 16, 256), device)
+    shifted = torch.empty(a.data.numel() + 1, dtype=torch.uint8, device=device)[1:].view_as(a.data).copy_(a.data)
+    a_shifted = fp4ops.NVFP4Tensor(shifted, a.scales, a.global_scale)
+    b_strided = torch.stack([b, b], dim=-1)[..., 0]  # non-contiguous view of the same values
+    assert torch.equal(fp4ops.gemv(a_shifted, b_strided), fp4ops.gemv(a, b))
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA GEMV kernel")
+def test_cuda_graph_capture_and_replay():
+    a, b = operands("mxfp4", "float16", (4, 64, 1024), "cuda")
+    fp4ops.gemv(a, b)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = fp4ops.gemv(a, b)
+    b.copy_(torch.randn_like(b))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, fp4ops.gemv(a, b))
