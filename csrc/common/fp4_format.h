@@ -1,9 +1,9 @@
 // The one home of fp4ops' format math: E2M1 elements, E4M3 and E8M0 scales.
 //
-// Every function here is __host__ __device__ and free of torch headers, so the CPU kernels, the
-// CUDA kernels and (through the tests) the reference all meet the same code. Each conversion has a
-// software path (CPU, sm_90) and, where the chip has an instruction for it, a hardware path behind
-// the same function. SPEC.md section 1 is the contract; the tests hold both paths to it bit for bit.
+// Free of torch headers and, except the sm_90 SIMD helper, __host__ __device__, so the CPU and
+// CUDA kernels share the same code. Each conversion has a software path (CPU; sm_90) and, where
+// the chip has an instruction for it, a hardware path behind the same function. SPEC.md section 1
+// is the contract; the tests hold every path to it bit for bit.
 #pragma once
 
 #include <cstdint>
