@@ -40,7 +40,9 @@ def assert_within_contract(y: torch.Tensor, a, b, out_dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES)
 @pytest.mark.parametrize("b_kind", ["fp4", "bfloat16", "float16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-@pytest.mark.parametrize("shape", [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048)])
+# K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 16-row tile, K split over
+# 1..8 warps); K = 32 the CUDA-core kernel.
+@pytest.mark.parametrize("shape", [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048), (2, 33, 4096), (1, 16, 128)])
 def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
     a, b = operands(fmt, b_kind, shape, device)
     y = fp4ops.gemv(a, b, out_dtype=out_dtype)
@@ -73,16 +75,64 @@ def test_largest_scales_and_negative_codes(device, out_dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_row_touching_a_nan_block_is_nan(device, fmt):
-    x = torch.randn(4, 6, 64)
-    x[1, 2, 5] = float("nan")
+@pytest.mark.parametrize("k", [64, 384])
+def test_row_touching_a_nan_block_is_nan(device, fmt, k):
+    x = torch.randn(4, 6, k)
+    x[1, 2, k - 59] = float("nan")
     a = quantize(x.to(device), fmt)
-    b = torch.randn(4, 64, device=device, dtype=torch.bfloat16)
+    b = torch.randn(4, k, device=device, dtype=torch.bfloat16)
     y = fp4ops.gemv(a, b, out_dtype=torch.float32)
     assert torch.isnan(y[1, 2]) and torch.isnan(y).sum() == 1
-    b_fp4 = quantize(torch.randn(4, 64, device=device), fmt)
+    b_fp4 = quantize(torch.randn(4, k, device=device), fmt)
     y = fp4ops.gemv(a, b_fp4, out_dtype=torch.float32)
     assert torch.isnan(y[1, 2]) and torch.isnan(y).sum() == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("b_kind", ["bfloat16", "float16"])
+def test_nan_in_dense_b_reaches_only_its_batch(device, b_kind):
+    a, b = operands("nvfp4", b_kind, (3, 20, 256), device)
+    b[1, 200] = float("nan")
+    y = fp4ops.gemv(a, b, out_dtype=torch.float32)
+    assert torch.isnan(y[1]).all() and not torch.isnan(y[0]).any() and not torch.isnan(y[2]).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("a_code, b_code", [(254, 0), (0, 254), (200, 60)])
+def test_mxfp4_scale_products_spanning_the_fp32_range(device, a_code, b_code):
+    """E8M0 scales 2^127 x 2^-127 (and the reverse): the product is moderate, though either
+    scale alone times a block sum leaves fp32's range. Codes +-6 and +-0.5 mixed."""
+    l, m, k = 2, 16, 256
+    magnitudes = torch.tensor([0x1, 0x7, 0x9, 0xF], dtype=torch.uint8)
+    a_codes = magnitudes[torch.randint(0, 4, (l, m, k))]
+    b_codes = magnitudes[torch.randint(0, 4, (l, k))]
+    e8m0 = torch.float8_e8m0fnu
+    a = fp4ops.MXFP4Tensor(reference.pack_e2m1(a_codes).to(device), torch.full((l, m, k // 32), a_code, dtype=torch.uint8).view(e8m0).to(device))
+    b = fp4ops.MXFP4Tensor(reference.pack_e2m1(b_codes).to(device), torch.full((l, k // 32), b_code, dtype=torch.uint8).view(e8m0).to(device))
+    y = fp4ops.gemv(a, b, out_dtype=torch.float32)
+    assert torch.isfinite(y).all()
+    assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("b_kind", ["fp4", "bfloat16", "float16"])
+def test_largest_k_of_the_tensor_core_kernel(device, b_kind):
+    """K = 32768 stages 64 KB of B operands per CTA (past the 48 KB default); 32768 + 128 goes to
+    the CUDA-core kernel."""
+    for k in (32768, 32768 + 128):
+        a, b = operands("nvfp4", b_kind, (1, 20, k), device)
+        assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_tiny_bf16_b_with_large_scales(device, fmt):
+    """bf16 B values near fp32's subnormal range: their products with A must not be flushed."""
+    l, m, k = 1, 16, 256
+    a = quantize(torch.randn(l, m, k, device=device) * (2.0**100 if fmt == "mxfp4" else 1.0), fmt)
+    b = (torch.randn(l, k, device=device) * 2.0**-128).to(torch.bfloat16)
+    for out_dtype in (torch.float32, torch.bfloat16):
+        assert_within_contract(fp4ops.gemv(a, b, out_dtype=out_dtype).cpu(), to_cpu(a), to_cpu(b), out_dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -4,8 +4,13 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+
 #include "../common/op_checks.h"
 #include "gemv_kernels.cuh"
+#include "gemv_mma.cuh"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
 
@@ -21,8 +26,45 @@ at::Tensor aligned_contiguous(const at::Tensor& t) {
   return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
 }
 
+// The tensor-core kernel needs whole 128-element segments, B's staged operands in shared memory
+// (K <= kMmaMaxK), scale rows aligned for its 8- or 4-byte copies and a batch count that fits
+// grid.y.
+constexpr int64_t kMmaMaxK = 32768;
+
+template <class Format, typename BT>
+bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
+  using Layout = MmaGemvLayout<Format, BT>;
+  const int64_t batches = args.rows / args.m;
+  if (args.k % kSegmentElems != 0 || args.k > kMmaMaxK || batches > 65535 ||
+      !is_aligned(args.a_scales, Layout::kBlocksPerSegment)) {
+    return false;
+  }
+  const int64_t segments = args.k / kSegmentElems;
+  // Each warp streams a contiguous K range of at least ~4 segments (enough to keep the prefetch
+  // ring full); up to 8 warps split K within the 16-row tile.
+  const int warps = static_cast<int>(std::clamp<int64_t>(segments / 4, 1, kMmaMaxWarps));
+  const size_t smem = Layout::smem_bytes(segments, warps);
+  const dim3 grid(static_cast<unsigned>((args.m + kMmaTileRows - 1) / kMmaTileRows), static_cast<unsigned>(batches));
+  dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
+    using OutT = typename decltype(tag)::type;
+    const auto kernel = gemv_mma_kernel<Format, BT, OutT>;
+    // Opt in to more than 48 KB of shared memory (once per kernel, device and size).
+    static std::array<std::atomic<size_t>, 64> opted_in{};
+    const size_t device = static_cast<size_t>(out.get_device());
+    if (smem > 48 * 1024 && (device >= opted_in.size() || opted_in[device].load() < smem)) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      if (device < opted_in.size()) opted_in[device].store(smem);
+    }
+    kernel<<<grid, warps * 32, smem, stream>>>(args, static_cast<OutT*>(out.mutable_data_ptr()), warps);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
 template <class Format, typename BT>
 void launch(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
+  if (args.rows == 0) return;
+  if (launch_mma<Format, BT>(args, out, stream)) return;
   const unsigned grid = static_cast<unsigned>((args.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (grid == 0) return;
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {

@@ -1,0 +1,314 @@
+// Tensor-core batched FP4 GEMV (SPEC 5) for K a multiple of 128: y[l, m] = sum_k A[l,m,k] B[l,k].
+//
+// Why tensor cores on a bandwidth-bound op: the CUDA-core kernel (gemv_kernels.cuh) spends ~9
+// instructions per element decoding and multiplying in fp32 and tops out near half the memory
+// bandwidth. Here A is decoded straight into mma.sync operands (exactly, times a power of two:
+// mma_fragments.cuh) and the tensor cores do the multiply-adds, leaving ~2 instructions per
+// element.
+//
+// Layout. A CTA owns 16 rows of one batch index (one MMA tile); its warps split K. Per 128-element
+// segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g and of row g + 8: the
+// row's elements [32t, 32t + 32), i.e. whole scale blocks. An MMA sums over the k-slots of all four
+// lanes t, so it mixes four different scale blocks. B's eight columns keep them apart: column n of
+// the B operand holds B's values only in the k-slots of the lane whose blocks belong to column n
+// (zeros elsewhere), so D[row, n] is the exact partial sum of one scale block:
+//   NVFP4 (block 16): lane t's first block -> column 2t, its second -> column 2t + 1;
+//   MXFP4 (block 32): lane t's block -> column t (columns 4..7 stay zero).
+// A streams through a per-warp shared-memory ring filled by cp.async (7 segments in flight per warp
+// without holding registers). B never changes within a CTA, so each warp stages the B operand
+// registers of its segments once,
+// in shared memory, in exactly the order the lanes read them (plus a zero run for lanes whose
+// column is not the active one). After each segment the four partials a lane holds are scaled in
+// fp32 (block scale times B's block scale, NaN propagating) and added to two per-row sums; lanes
+// and warps then combine in a fixed order, so results are bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/block_formats.h"
+#include "element_types.cuh"
+#include "gemv_kernels.cuh"
+#include "mma_fragments.cuh"
+
+namespace fp4ops::cuda {
+
+constexpr int kMmaTileRows = 16;
+constexpr int kSegmentElems = 128;  // per row and warp step: 4 lanes x 32 elements
+constexpr int kMmaMaxWarps = 8;
+constexpr int kMmaStages = 8;  // A ring depth per warp: 7 segments (7 KB) in flight
+
+template <class Format, typename BT>
+struct MmaGemvLayout {
+  static constexpr bool kFp4B = std::is_same_v<BT, uint8_t>;
+  static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
+  static constexpr int kBlocksPerSegment = kSegmentElems / Format::kBlock;  // 8 or 4
+  // One slot = the B operand registers for one lane t's 32 elements: 8 E4M3x4 words (FP4 B) or
+  // 16 fp16/bf16 pairs (dense B). Four slots per segment.
+  static constexpr int kSlotBytes = kFp4B ? 32 : 64;
+  // One A stage = one segment of the tile: 16 rows x 64 bytes of codes, then 16 rows of scales.
+  static constexpr int kStageCodeBytes = kMmaTileRows * kSegmentElems / 2;
+  static constexpr int kStageBytes = kStageCodeBytes + kMmaTileRows * kBlocksPerSegment;
+  // Power of two the decoded operands carry (A's and, for FP4 B, B's): undone in fp32.
+  static constexpr int kDecodeExponent = [] {
+    if constexpr (kFp4B) {
+      return 2 * kE4m3DecodeExponent;
+    } else {
+      return DenseOperand<BT>::kDecodeExponent;
+    }
+  }();
+
+  // Shared memory, in order: per warp an A ring of kMmaStages stages; B slots [segment][t]; FP4
+  // B's block scales [segment][block] (fp32 bits or E8M0 codes); per warp a zero run of half a
+  // slot; per warp 16 row partials.
+  static constexpr size_t ring_bytes(int warps) { return static_cast<size_t>(warps) * kMmaStages * kStageBytes; }
+  static constexpr size_t slots_bytes(int64_t segments) { return static_cast<size_t>(segments) * 4 * kSlotBytes; }
+  static constexpr size_t scales_bytes(int64_t segments) {
+    return kFp4B ? static_cast<size_t>(segments) * kBlocksPerSegment * sizeof(uint32_t) : 0;
+  }
+  static constexpr size_t per_warp_tail_bytes() { return kSlotBytes / 2 + kMmaTileRows * sizeof(float); }
+  static constexpr size_t smem_bytes(int64_t segments, int warps) {
+    return ring_bytes(warps) + slots_bytes(segments) + scales_bytes(segments) + warps * per_warp_tail_bytes();
+  }
+};
+
+// Asynchronous global -> shared copies (cp.async): A streams through shared memory without holding
+// registers, so each warp keeps kMmaStages - 1 segments in flight. .cg: cached in L2 only.
+__device__ __forceinline__ void cp_async_16_streaming(void* smem_dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;"
+               :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(src));
+}
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(void* smem_dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+               :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(src), "n"(kBytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(kPending));
+}
+
+// Two E4M3 codes (low byte first) -> fp32, exactly (NaN stays NaN), with the sm_89+ cvt.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
+  uint32_t halves;
+  asm("{\n\t.reg .b16 pair;\n\t"
+      "cvt.u16.u32 pair, %1;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, pair;\n\t}"
+      : "=r"(halves)
+      : "r"(codes));
+  return __half22float2(*reinterpret_cast<const __half2*>(&halves));
+}
+
+// d * 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb (0xFF: NaN) with one rounding
+// wherever the result is normal: the exponents add as integers, so a huge A scale times a tiny B
+// scale cannot overflow (or underflow) on the way. d is 0 or at least 2^-14 in magnitude.
+__device__ __forceinline__ float scale_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo) {
+  if (ea == kE8M0NaN || eb == kE8M0NaN) return bits_to_float(0x7FC00000u);
+  const int e = min(static_cast<int>(ea + eb) - 254 + undo, 254);  // beyond 254 it overflows anyway
+  if (e > 127) return mul_rn(mul_rn(d, exp2_int(127)), exp2_int(e - 127));
+  if (e >= -126) return mul_rn(d, exp2_int(e));
+  return mul_rn(mul_rn(d, exp2_int(-100)), exp2_int(e + 100));  // d * 2^-100 stays normal
+}
+
+// Writes warp `warp`'s B slots (and FP4 B's block scales) for segments [seg_begin, seg_end).
+template <class Format, typename BT>
+__device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l, int seg_begin, int seg_end,
+                                                 uint8_t* slots, uint32_t* b_scales, int lane) {
+  using Layout = MmaGemvLayout<Format, BT>;
+  for (int task = seg_begin * 4 + lane; task < seg_end * 4; task += 32) {
+    const int64_t element0 = static_cast<int64_t>(task) * 32;  // segment * 128 + t * 32
+    uint4* slot = reinterpret_cast<uint4*>(slots + static_cast<int64_t>(task) * Layout::kSlotBytes);
+    if constexpr (Layout::kFp4B) {
+      const uint4 codes = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.b) + l * args.k / 2 + element0 / 2));
+      const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+      uint32_t regs[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const E4m3x4Pair p = e2m1x8_to_e4m3(words[j]);
+        regs[2 * j] = p.even, regs[2 * j + 1] = p.odd;
+      }
+      slot[0] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+      slot[1] = make_uint4(regs[4], regs[5], regs[6], regs[7]);
+    } else {
+      constexpr bool kPlus4 = DenseOperand<BT>::kPairedWithPlus4;
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const BT*>(args.b) + l * args.k + element0);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint4 raw = __ldg(src + j);  // elements 8j .. 8j + 7 as pairs (0,1) (2,3) (4,5) (6,7)
+        if constexpr (kPlus4) {
+          // register r = (element r, element r + 4)
+          slot[j] = make_uint4(__byte_perm(raw.x, raw.z, 0x5410), __byte_perm(raw.x, raw.z, 0x7632),
+                               __byte_perm(raw.y, raw.w, 0x5410), __byte_perm(raw.y, raw.w, 0x7632));
+        } else {
+          slot[j] = raw;
+        }
+      }
+    }
+  }
+  if constexpr (Layout::kFp4B) {
+    constexpr int kBlocks = Layout::kBlocksPerSegment;
+    const uint8_t* sb = args.b_scales + l * (args.k / Format::kBlock);
+    for (int i = seg_begin * kBlocks + lane; i < seg_end * kBlocks; i += 32) {
+      if constexpr (Layout::kNvfp4) {
+        // fp32 bits of the E4M3 scale times 2^12, which undoes the two 2^-6 operand factors
+        // (exact: at most 448 * 2^12).
+        b_scales[i] = float_to_bits(mul_rn(e4m3_decode(__ldg(sb + i)), exp2_int(-Layout::kDecodeExponent)));
+      } else {
+        b_scales[i] = __ldg(sb + i);  // the E8M0 code: combined with A's as an exponent sum
+      }
+    }
+  }
+}
+
+template <class Format, typename BT, typename OutT>
+__global__ void __launch_bounds__(kMmaMaxWarps * 32)
+    gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, int warps_k) {
+  using Layout = MmaGemvLayout<Format, BT>;
+  constexpr int kBlocks = Layout::kBlocksPerSegment;
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t l = blockIdx.y;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kMmaTileRows;
+  const int segments = static_cast<int>(args.k / kSegmentElems);
+  const int seg_begin = segments * warp / warps_k, seg_end = segments * (warp + 1) / warps_k;
+  const int count = seg_end - seg_begin;
+
+  uint8_t* ring = smem + static_cast<size_t>(warp) * kMmaStages * Layout::kStageBytes;
+  uint8_t* slots = smem + Layout::ring_bytes(warps_k);
+  uint32_t* b_scales = reinterpret_cast<uint32_t*>(slots + Layout::slots_bytes(segments));
+  uint8_t* zero_runs = slots + Layout::slots_bytes(segments) + Layout::scales_bytes(segments);
+  uint8_t* zeros = zero_runs + warp * (Layout::kSlotBytes / 2);
+  float* row_partials = reinterpret_cast<float*>(zero_runs + warps_k * (Layout::kSlotBytes / 2));  // [warp][16]
+
+  // Rows past M (last tile of a batch) read row M - 1 and are never stored.
+  const int64_t last_row = args.m - 1;
+  const auto tile_row = [&](int r) { return l * args.m + (row0 + r < last_row ? row0 + r : last_row); };
+  const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
+  const uint8_t* a_g = args.a_data + tile_row(g) * k_bytes + 16 * t;
+  const uint8_t* a_g8 = args.a_data + tile_row(g + 8) * k_bytes + 16 * t;
+  const uint8_t* scales_row = args.a_scales + tile_row(lane % kMmaTileRows) * k_blocks;  // lanes < 16 copy them
+
+  // Segment i of this warp -> stage i % kMmaStages: lane (g, t) copies its own 16 bytes of rows g
+  // and g + 8; lanes 0..15 copy one row's scale bytes each. One commit group per segment (empty
+  // past the end, so the wait count below stays uniform).
+  const auto issue = [&](int i) {
+    if (i < count) {
+      const int seg = seg_begin + i;
+      uint8_t* stage = ring + (i % kMmaStages) * Layout::kStageBytes;
+      cp_async_16_streaming(stage + g * 64 + 16 * t, a_g + seg * 64);
+      cp_async_16_streaming(stage + (g + 8) * 64 + 16 * t, a_g8 + seg * 64);
+      if (lane < kMmaTileRows) {
+        cp_async_small<kBlocks>(stage + Layout::kStageCodeBytes + lane * kBlocks, scales_row + seg * kBlocks);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kMmaStages - 1; ++i) issue(i);
+
+  // B's operands are staged while the first A segments are on their way.
+  stage_b_segments<Format, BT>(args, l, seg_begin, seg_end, slots, b_scales, lane);
+  if (lane < Layout::kSlotBytes / 16) reinterpret_cast<uint2*>(zeros)[lane] = make_uint2(0u, 0u);
+  __syncwarp();
+
+  // The lane's D columns are 2t and 2t + 1, i.e. blocks 2t, 2t + 1 of the segment; for MXFP4 only
+  // lanes t < 2 have real ones (the others read in-bounds bytes and skip the epilogue).
+  const bool has_columns = Layout::kNvfp4 || t < 2;
+  const int scale_offset = has_columns ? 2 * t : 0;
+  // The B column lane (g, t) supplies is g; it is live for lane t's first half-segment (words 0-1)
+  // or second (words 2-3) when g is that half's column.
+  const bool live_half0 = Layout::kNvfp4 ? g == 2 * t : g == t;
+  const bool live_half1 = Layout::kNvfp4 ? g == 2 * t + 1 : g == t;
+
+  float acc_g = 0.0f, acc_g8 = 0.0f;
+  const auto process_segment = [&](const uint8_t* stage, int seg) {
+    const uint8_t* slot = slots + (static_cast<int64_t>(seg) * 4 + t) * Layout::kSlotBytes;
+    const uint8_t* b_half[2] = {live_half0 ? slot : zeros, live_half1 ? slot + Layout::kSlotBytes / 2 : zeros};
+    const uint4 row_g = *reinterpret_cast<const uint4*>(stage + g * 64 + 16 * t);
+    const uint4 row_g8 = *reinterpret_cast<const uint4*>(stage + (g + 8) * 64 + 16 * t);
+    const uint32_t words_g[4] = {row_g.x, row_g.y, row_g.z, row_g.w};
+    const uint32_t words_g8[4] = {row_g8.x, row_g8.y, row_g8.z, row_g8.w};
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t* b = b_half[j / 2] + (j % 2) * (Layout::kSlotBytes / 4);
+      if constexpr (Layout::kFp4B) {
+        const uint2 bw = *reinterpret_cast<const uint2*>(b);
+        const E4m3x4Pair x = e2m1x8_to_e4m3(words_g[j]), y = e2m1x8_to_e4m3(words_g8[j]);
+        mma_e4m3_m16n8k32(d, {x.even, y.even, x.odd, y.odd}, bw.x, bw.y);
+      } else {
+        const uint4 bw = *reinterpret_cast<const uint4*>(b);
+        const Regs4 x = DenseOperand<BT>::decode(words_g[j]), y = DenseOperand<BT>::decode(words_g8[j]);
+        mma_m16n8k16<BT>(d, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
+        mma_m16n8k16<BT>(d, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
+      }
+    }
+    if (!has_columns) return;
+    // d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}: blocks 2t and 2t + 1 of rows g, g + 8.
+    const uint8_t* stage_scales = stage + Layout::kStageCodeBytes + scale_offset;
+    const uint32_t scales_g = *reinterpret_cast<const uint16_t*>(stage_scales + g * kBlocks);
+    const uint32_t scales_g8 = *reinterpret_cast<const uint16_t*>(stage_scales + (g + 8) * kBlocks);
+    float sa[4];
+    const uint32_t sa_codes[4] = {scales_g & 0xFFu, scales_g >> 8, scales_g8 & 0xFFu, scales_g8 >> 8};
+    if constexpr (Layout::kNvfp4) {
+      const float2 s_g = e4m3x2_to_float2(scales_g), s_g8 = e4m3x2_to_float2(scales_g8);
+      sa[0] = s_g.x, sa[1] = s_g.y, sa[2] = s_g8.x, sa[3] = s_g8.y;
+    } else if constexpr (!Layout::kFp4B) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sa[i] = e8m0_decode(sa_codes[i]);
+    }
+    // Undo the operands' power of two (exact: D and the NVFP4 scales are far from the fp32 limits).
+    const auto undo = [](float v) { return Layout::kDecodeExponent == 0 ? v : mul_rn(v, exp2_int(-Layout::kDecodeExponent)); };
+    float partial[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int column = 2 * t + i % 2;
+      if constexpr (Layout::kFp4B && Layout::kNvfp4) {
+        partial[i] = mul_rn(mul_rn(d[i], sa[i]), bits_to_float(b_scales[seg * kBlocks + column]));  // sb * 2^12
+      } else if constexpr (Layout::kFp4B) {
+        partial[i] = scale_by_e8m0_pair(d[i], sa_codes[i], b_scales[seg * kBlocks + column], -Layout::kDecodeExponent);
+      } else if constexpr (Layout::kNvfp4) {
+        partial[i] = mul_rn(d[i], undo(sa[i]));  // sa * 2^14 <= 448 * 2^14
+      } else {
+        partial[i] = mul_rn(undo(d[i]), sa[i]);
+      }
+    }
+    acc_g = __fadd_rn(__fadd_rn(acc_g, partial[0]), partial[1]);
+    acc_g8 = __fadd_rn(__fadd_rn(acc_g8, partial[2]), partial[3]);
+  };
+
+  for (int i = 0; i < count; ++i) {
+    cp_async_wait<kMmaStages - 2>();  // this lane's copies of segment i have landed ...
+    __syncwarp();                      // ... and every lane's (scale rows); stage (i - 1) is free
+    issue(i + kMmaStages - 1);
+    process_segment(ring + (i % kMmaStages) * Layout::kStageBytes, seg_begin + i);
+  }
+
+  // Lanes t of a quad hold the same rows' sums over different blocks: a fixed butterfly, then one
+  // partial per warp and row, summed over the warps in order.
+#pragma unroll
+  for (int offset = 1; offset < 4; offset *= 2) {
+    acc_g = __fadd_rn(acc_g, __shfl_xor_sync(0xFFFFFFFFu, acc_g, offset));
+    acc_g8 = __fadd_rn(acc_g8, __shfl_xor_sync(0xFFFFFFFFu, acc_g8, offset));
+  }
+  if (t == 0) {
+    row_partials[warp * kMmaTileRows + g] = acc_g;
+    row_partials[warp * kMmaTileRows + g + 8] = acc_g8;
+  }
+  __syncthreads();
+  if (threadIdx.x < kMmaTileRows) {
+    const int64_t row = row0 + threadIdx.x;
+    if (row < args.m) {
+      float y = row_partials[threadIdx.x];
+      for (int w = 1; w < warps_k; ++w) y = __fadd_rn(y, row_partials[w * kMmaTileRows + threadIdx.x]);
+      if (args.a_global != nullptr) y = mul_rn(y, *args.a_global);
+      if (args.b_global != nullptr) y = mul_rn(y, *args.b_global);
+      out[l * args.m + row] = from_float<OutT>(y);
+    }
+  }
+}
+
+}  // namespace fp4ops::cuda

@@ -1,0 +1,165 @@
+// E2M1 codes decoded straight into mma.sync operand registers, and the mma.sync calls the
+// tensor-core GEMV uses (sm_89+ for E4M3, sm_80+ for fp16/bf16). Every decode is exact: the
+// value in the register is the E2M1 value times a power of two (kDecodeExponent), which the GEMV
+// folds back into its fp32 scale multiply.
+//
+// The decoders take one 32-bit word of packed codes (8 elements; element i in bits 4i..4i+3,
+// sign in the top bit of each nibble) and return the registers in the order the k-slots of one
+// or two MMAs consume them. Which element sits in which k-slot does not matter to a dot product
+// as long as B is laid out the same way; the B stager (gemv_mma.cuh) uses the same pairing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/fp4_format.h"
+
+namespace fp4ops::cuda {
+
+// --- E4M3 operands (FP4 x FP4, mma m16n8k32) ------------------------------------------------
+// E2M1 magnitude bits (e1 e0 m) placed at E4M3 bits 4..2 read as an E4M3 number with exponent
+// field e and mantissa m00: exactly the E2M1 value times 2^-6 (code 1 becomes the E4M3 subnormal
+// 2^-7). The sign moves to bit 7. `even` holds elements 0, 2, 4, 6 (one per byte), `odd` 1, 3, 5, 7.
+struct E4m3x4Pair {
+  uint32_t even, odd;
+};
+constexpr int kE4m3DecodeExponent = -6;
+
+__device__ __forceinline__ E4m3x4Pair e2m1x8_to_e4m3(uint32_t w) {
+  // even: low nibble of each byte; 4 * magnitude + 12 * (sign bit 3) lands sign on bit 7.
+  const uint32_t even = (w & 0x07070707u) * 4u + (w & 0x08080808u) * 16u;
+  // odd: high nibble; magnitude shifts down by 2, the sign is already on bit 7.
+  const uint32_t odd = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+  return {even, odd};
+}
+
+// --- fp16 / bf16 operands (FP4 x dense, mma m16n8k16) ---------------------------------------
+// Four registers of two 16-bit values each. MMA q (q = 0, 1) of the word takes registers
+// {2q, 2q+1} as its A k-slots {2t..2t+1, 2t+8..2t+9}. The pairing of elements inside the registers
+// is given by kPairedWithPlus4: true means register r holds elements (r, r + 4), the order a
+// shift-and-mask decode produces cheaply; false means (2r, 2r + 1), the natural byte order the
+// hardware cvt produces. B_elements_for_register() below gives the same pairing for B.
+struct Regs4 {
+  uint32_t reg[4];
+};
+
+#if defined(FP4OPS_HW_FP4)
+constexpr bool kFp16PairedWithPlus4 = false;
+constexpr int kFp16DecodeExponent = 0;
+#else
+constexpr bool kFp16PairedWithPlus4 = true;
+constexpr int kFp16DecodeExponent = -14;
+#endif
+constexpr bool kBf16PairedWithPlus4 = true;
+constexpr int kBf16DecodeExponent = 0;
+
+template <int kShift>
+__device__ __forceinline__ uint32_t shift_left(uint32_t w) {
+  if constexpr (kShift >= 0) {
+    return w << kShift;
+  } else {
+    return w >> -kShift;
+  }
+}
+
+// Register r = elements (r, r + 4): magnitude bits of element r at half bits kMagnitudeBit + 0..2
+// of the low half, element r + 4 likewise in the high half (16 bits further: the same shift), and
+// the signs to bits 15 / 31.
+template <int kMagnitudeBit, int r>
+__device__ __forceinline__ uint32_t e2m1_pair_plus4_reg(uint32_t w) {
+  constexpr uint32_t kMagnitudeMask = (0x7u << kMagnitudeBit) * 0x10001u;
+  return (shift_left<kMagnitudeBit - 4 * r>(w) & kMagnitudeMask) | (shift_left<12 - 4 * r>(w) & 0x80008000u);
+}
+
+template <int kMagnitudeBit>
+__device__ __forceinline__ Regs4 e2m1x8_pairs_plus4(uint32_t w) {
+  return {{e2m1_pair_plus4_reg<kMagnitudeBit, 0>(w), e2m1_pair_plus4_reg<kMagnitudeBit, 1>(w),
+           e2m1_pair_plus4_reg<kMagnitudeBit, 2>(w), e2m1_pair_plus4_reg<kMagnitudeBit, 3>(w)}};
+}
+
+// fp16: magnitude bits at 9..11 read as fp16 = value * 2^-14 (code 1 becomes the fp16 subnormal
+// 2^-15). On Blackwell the hardware cvt gives the exact value, one byte (two elements) at a time.
+__device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
+#if defined(FP4OPS_HW_FP4)
+  Regs4 out;
+  asm("{\n\t.reg .b8 b0, b1, b2, b3;\n\t"
+      "mov.b32 {b0, b1, b2, b3}, %4;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %0, b0;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %1, b1;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %2, b2;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %3, b3;\n\t}"
+      : "=r"(out.reg[0]), "=r"(out.reg[1]), "=r"(out.reg[2]), "=r"(out.reg[3])
+      : "r"(w));
+  return out;
+#else
+  return e2m1x8_pairs_plus4<9>(w);
+#endif
+}
+
+// bf16: magnitude bits at 6..8 read as bf16 = value * 2^-126 (code 1 a bf16 subnormal), so one
+// bf16x2 multiply by 2^126 (exact: a power of two, results 0.5 .. 6) restores the value; a factor
+// that small could not be folded into the fp32 scale without underflowing small B products.
+__device__ __forceinline__ Regs4 e2m1x8_to_bf16(uint32_t w) {
+  const Regs4 p = e2m1x8_pairs_plus4<6>(w);
+  Regs4 out;
+  const __nv_bfloat162 two_pow_126 = __halves2bfloat162(__ushort_as_bfloat16(0x7E80u), __ushort_as_bfloat16(0x7E80u));
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&p.reg[r]), two_pow_126);
+    out.reg[r] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return out;
+}
+
+// Per dense B type: the A decoder, its power-of-two factor and its element pairing.
+template <typename T>
+struct DenseOperand;
+template <>
+struct DenseOperand<__half> {
+  static constexpr bool kPairedWithPlus4 = kFp16PairedWithPlus4;
+  static constexpr int kDecodeExponent = kFp16DecodeExponent;
+  static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_fp16(w); }
+};
+template <>
+struct DenseOperand<__nv_bfloat16> {
+  static constexpr bool kPairedWithPlus4 = kBf16PairedWithPlus4;
+  static constexpr int kDecodeExponent = kBf16DecodeExponent;
+  static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_bf16(w); }
+};
+
+// The element of an 8-element group that B register r holds in its low (half = 0) or high half,
+// matching the decoders above.
+__host__ __device__ constexpr int b_element_for(bool paired_with_plus4, int r, int half) {
+  return paired_with_plus4 ? r + 4 * half : 2 * r + half;
+}
+
+// --- mma.sync wrappers: D = A * B + D, fp32 accumulators ------------------------------------
+__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+}  // namespace fp4ops::cuda
