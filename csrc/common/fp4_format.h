@@ -260,6 +260,19 @@ FP4OPS_HD float e8m0_decode(uint32_t code) {
   return exp2_int(static_cast<int>(code) - 127);
 }
 
+// d * 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb (0xFF: NaN) with one rounding
+// wherever the result is normal: the exponents add as integers, so a huge A scale times a tiny B
+// scale cannot overflow (or underflow) on the way. d is 0 or at least 2^-14 in magnitude (a GEMV
+// block sum of E2M1 products, possibly times the 2^-12 of an exact operand encoding).
+FP4OPS_HD float scale_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo) {
+  if (ea == kE8M0NaN || eb == kE8M0NaN) return bits_to_float(0x7FC00000u);
+  const int sum = static_cast<int>(ea + eb) - 254 + undo;
+  const int e = sum < 254 ? sum : 254;  // beyond 254 it overflows anyway
+  if (e > 127) return mul_rn(mul_rn(d, exp2_int(127)), exp2_int(e - 127));
+  if (e >= -126) return mul_rn(d, exp2_int(e));
+  return mul_rn(mul_rn(d, exp2_int(-100)), exp2_int(e + 100));  // d * 2^-100 stays normal
+}
+
 // MXFP4 "floor" rule (OCP MX): E = max(exponent_field(bmax) - 2, 0); bmax is finite, >= 0.
 FP4OPS_HD uint32_t e8m0_scale_floor(float bmax) {
   const int field = static_cast<int>(float_to_bits(bmax) >> 23);

@@ -50,8 +50,14 @@ void gemv_rows(const GemvShape& s,
           }
           partial += e2m1_at(a, i) * b_value;
         }
-        float scaled = partial * block_scale(a_scales[row * num_blocks + j], s.nvfp4);
-        if (b_scales != nullptr) scaled *= block_scale(b_scales[l * num_blocks + j], s.nvfp4);
+        const uint8_t sa = a_scales[row * num_blocks + j];
+        float scaled;
+        if (b_scales != nullptr && !s.nvfp4) {
+          scaled = scale_by_e8m0_pair(partial, sa, b_scales[l * num_blocks + j], 0);  // no overflow on the way
+        } else {
+          scaled = partial * block_scale(sa, s.nvfp4);
+          if (b_scales != nullptr) scaled *= block_scale(b_scales[l * num_blocks + j], s.nvfp4);
+        }
         acc += scaled;
       }
       out[row] = static_cast<out_t>(acc * global_a * global_b);  // one at a time: no early overflow
