@@ -3,9 +3,9 @@
 // Why tensor cores on a bandwidth-bound op: the CUDA-core kernel (gemv_kernels.cuh) spends ~9
 // instructions per element decoding and multiplying in fp32 and is ALU-bound near half the memory
 // bandwidth. Here A is decoded straight into mma.sync operands (exactly, times a power of two:
-// mma_fragments.cuh) and the tensor cores do the multiply-adds: 3.6 (FP4 B) to 4.7 (bf16 B)
-// instructions per element measured on the H100. (sm_90 has no E4M3 mma.sync in hardware: ptxas
-// lowers it to F2FP conversions plus two fp16 HMMAs.)
+// mma_fragments.cuh) and the tensor cores (fp16/bf16 m16n8k16, fp32 accumulators) do the
+// multiply-adds. FP4 B is widened to fp16 like A: sm_90 has no E4M3 mma.sync in hardware (ptxas
+// lowers it to conversions plus fp16 HMMAs), so that detour bought nothing.
 //
 // Layout. A CTA owns 16 rows of one batch index (one MMA tile); its warps split K. Per 128-element
 // segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g and of row g + 8: the
@@ -43,20 +43,16 @@ struct MmaGemvLayout {
   static constexpr bool kFp4B = std::is_same_v<BT, uint8_t>;
   static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
   static constexpr int kBlocksPerSegment = kSegmentElems / Format::kBlock;  // 8 or 4
-  // One slot = the B operand registers for one lane t's 32 elements: 8 E4M3x4 words (FP4 B) or
-  // 16 fp16/bf16 pairs (dense B). Four slots per segment.
-  static constexpr int kSlotBytes = kFp4B ? 32 : 64;
+  // The MMA's element type: FP4 B is widened to fp16 like A (E2M1 values are exact in fp16).
+  using MmaT = std::conditional_t<kFp4B, __half, BT>;
+  // One slot = the B operand registers for one lane t's 32 elements: 16 fp16/bf16 pairs. Four
+  // slots per segment.
+  static constexpr int kSlotBytes = 64;
   // One A stage = one segment of the tile: 16 rows x 64 bytes of codes, then 16 rows of scales.
   static constexpr int kStageCodeBytes = kMmaTileRows * kSegmentElems / 2;
   static constexpr int kStageBytes = kStageCodeBytes + kMmaTileRows * kBlocksPerSegment;
   // Power of two the decoded operands carry (A's and, for FP4 B, B's): undone in fp32.
-  static constexpr int kDecodeExponent = [] {
-    if constexpr (kFp4B) {
-      return 2 * kE4m3DecodeExponent;
-    } else {
-      return DenseOperand<BT>::kDecodeExponent;
-    }
-  }();
+  static constexpr int kDecodeExponent = (kFp4B ? 2 : 1) * DenseOperand<MmaT>::kDecodeExponent;
 
   // Shared memory, in order: per warp an A ring of kMmaStages stages; B slots [segment][t]; FP4
   // B's block scales [segment][block] (fp32 bits or E8M0 codes); per warp a zero run of half a
@@ -109,29 +105,29 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
     const int64_t element0 = static_cast<int64_t>(task) * 32;  // segment * 128 + t * 32
     uint4* slot = reinterpret_cast<uint4*>(slots + static_cast<int64_t>(task) * Layout::kSlotBytes);
     if constexpr (Layout::kFp4B) {
+      // B's codes through A's own decoder: the same registers, the same power of two.
       const uint4 codes = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.b) + l * args.k / 2 + element0 / 2));
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-      uint32_t regs[8];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const E4m3x4Pair p = e2m1x8_to_e4m3(words[j]);
-        regs[2 * j] = p.even, regs[2 * j + 1] = p.odd;
+        const Regs4 r = DenseOperand<__half>::decode(words[j]);
+        slot[j] = make_uint4(r.reg[0], r.reg[1], r.reg[2], r.reg[3]);
       }
-      slot[0] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
-      slot[1] = make_uint4(regs[4], regs[5], regs[6], regs[7]);
     } else {
-      constexpr bool kPlus4 = DenseOperand<BT>::kPairedWithPlus4;
+      constexpr Pairing kPairing = DenseOperand<BT>::kPairing;
       const uint4* src = reinterpret_cast<const uint4*>(static_cast<const BT*>(args.b) + l * args.k + element0);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint4 raw = __ldg(src + j);  // elements 8j .. 8j + 7 as pairs (0,1) (2,3) (4,5) (6,7)
-        if constexpr (kPlus4) {
-          // register r = (element r, element r + 4)
-          slot[j] = make_uint4(__byte_perm(raw.x, raw.z, 0x5410), __byte_perm(raw.x, raw.z, 0x7632),
-                               __byte_perm(raw.y, raw.w, 0x5410), __byte_perm(raw.y, raw.w, 0x7632));
-        } else {
-          slot[j] = raw;
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t regs[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          // register r = (element lo, element hi) in A's decoder order; one byte_perm picks them.
+          const int lo = element_for(kPairing, r, 0), hi = element_for(kPairing, r, 1);
+          regs[r] = __byte_perm(words[lo / 2], words[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
         }
+        slot[j] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
       }
     }
   }
@@ -224,16 +220,11 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint8_t* b = b_half[j / 2] + (j % 2) * (Layout::kSlotBytes / 4);
-      if constexpr (Layout::kFp4B) {
-        const uint2 bw = *reinterpret_cast<const uint2*>(b);
-        const E4m3x4Pair x = e2m1x8_to_e4m3(words_g[j]), y = e2m1x8_to_e4m3(words_g8[j]);
-        mma_e4m3_m16n8k32(d, {x.even, y.even, x.odd, y.odd}, bw.x, bw.y);
-      } else {
-        const uint4 bw = *reinterpret_cast<const uint4*>(b);
-        const Regs4 x = DenseOperand<BT>::decode(words_g[j]), y = DenseOperand<BT>::decode(words_g8[j]);
-        mma_m16n8k16<BT>(d, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
-        mma_m16n8k16<BT>(d, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
-      }
+      using MmaT = typename Layout::MmaT;
+      const uint4 bw = *reinterpret_cast<const uint4*>(b);
+      const Regs4 x = DenseOperand<MmaT>::decode(words_g[j]), y = DenseOperand<MmaT>::decode(words_g8[j]);
+      mma_m16n8k16<MmaT>(d, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
+      mma_m16n8k16<MmaT>(d, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
     }
     if (!has_columns) return;
     // d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}: blocks 2t and 2t + 1 of rows g, g + 8.

@@ -1,5 +1,5 @@
 // E2M1 codes decoded straight into mma.sync operand registers, and the mma.sync calls the
-// tensor-core GEMV uses (sm_89+ for E4M3, sm_80+ for fp16/bf16). Every decode is exact: the
+// tensor-core GEMV uses (fp16/bf16 m16n8k16, sm_80+; the E4M3 widening cvt needs sm_89+). Every decode is exact: the
 // value in the register is the E2M1 value times a power of two (kDecodeExponent), which the GEMV
 // folds back into its fp32 scale multiply.
 //
@@ -19,7 +19,7 @@
 
 namespace fp4ops::cuda {
 
-// --- E4M3 operands (FP4 x FP4, mma m16n8k32) ------------------------------------------------
+// --- E4M3 bytes (the first step of the sm_90 fp16 decode) ------------------------------------
 // E2M1 magnitude bits (e1 e0 m) placed at E4M3 bits 4..2 read as an E4M3 number with exponent
 // field e and mantissa m00: exactly the E2M1 value times 2^-6 (code 1 becomes the E4M3 subnormal
 // 2^-7). The sign moves to bit 7. `even` holds elements 0, 2, 4, 6 (one per byte), `odd` 1, 3, 5, 7.
@@ -36,24 +36,31 @@ __device__ __forceinline__ E4m3x4Pair e2m1x8_to_e4m3(uint32_t w) {
   return {even, odd};
 }
 
-// --- fp16 / bf16 operands (FP4 x dense, mma m16n8k16) ---------------------------------------
+// --- fp16 / bf16 operands (mma m16n8k16) ----------------------------------------------------
 // Four registers of two 16-bit values each. MMA q (q = 0, 1) of the word takes registers
-// {2q, 2q+1} as its A k-slots {2t..2t+1, 2t+8..2t+9}. The pairing of elements inside the registers
-// is given by kPairedWithPlus4: true means register r holds elements (r, r + 4), the order a
-// shift-and-mask decode produces cheaply; false means (2r, 2r + 1), the natural byte order the
-// hardware cvt produces. B_elements_for_register() below gives the same pairing for B.
+// {2q, 2q+1} as its A k-slots {2t..2t+1, 2t+8..2t+9}. Which elements share a register depends on
+// the decoder (Pairing); b_element_for() gives the same pairing for B.
 struct Regs4 {
   uint32_t reg[4];
 };
 
+enum class Pairing {
+  kPlus4,    // register r = elements (r, r + 4): the shift-and-mask decode
+  kPlus2,    // registers = (0, 2), (1, 3), (4, 6), (5, 7): E4M3 bytes widened by cvt
+  kNatural,  // register r = elements (2r, 2r + 1): the hardware E2M1 cvt, byte by byte
+};
+
+// fp16 on sm_90: E4M3 bytes (value x 2^-6, see above) widened exactly by cvt.f16x2.e4m3x2, two
+// per instruction: 9 instructions per 8 elements against 15 for shifts and masks. On Blackwell the
+// hardware E2M1 cvt gives the exact value directly.
 #if defined(FP4OPS_HW_FP4)
-constexpr bool kFp16PairedWithPlus4 = false;
+constexpr Pairing kFp16Pairing = Pairing::kNatural;
 constexpr int kFp16DecodeExponent = 0;
 #else
-constexpr bool kFp16PairedWithPlus4 = true;
-constexpr int kFp16DecodeExponent = -14;
+constexpr Pairing kFp16Pairing = Pairing::kPlus2;
+constexpr int kFp16DecodeExponent = kE4m3DecodeExponent;
 #endif
-constexpr bool kBf16PairedWithPlus4 = true;
+constexpr Pairing kBf16Pairing = Pairing::kPlus4;
 constexpr int kBf16DecodeExponent = 0;
 
 template <int kShift>
@@ -80,11 +87,9 @@ __device__ __forceinline__ Regs4 e2m1x8_pairs_plus4(uint32_t w) {
            e2m1_pair_plus4_reg<kMagnitudeBit, 2>(w), e2m1_pair_plus4_reg<kMagnitudeBit, 3>(w)}};
 }
 
-// fp16: magnitude bits at 9..11 read as fp16 = value * 2^-14 (code 1 becomes the fp16 subnormal
-// 2^-15). On Blackwell the hardware cvt gives the exact value, one byte (two elements) at a time.
 __device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
-#if defined(FP4OPS_HW_FP4)
   Regs4 out;
+#if defined(FP4OPS_HW_FP4)
   asm("{\n\t.reg .b8 b0, b1, b2, b3;\n\t"
       "mov.b32 {b0, b1, b2, b3}, %4;\n\t"
       "cvt.rn.f16x2.e2m1x2 %0, b0;\n\t"
@@ -93,10 +98,19 @@ __device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
       "cvt.rn.f16x2.e2m1x2 %3, b3;\n\t}"
       : "=r"(out.reg[0]), "=r"(out.reg[1]), "=r"(out.reg[2]), "=r"(out.reg[3])
       : "r"(w));
-  return out;
 #else
-  return e2m1x8_pairs_plus4<9>(w);
+  const E4m3x4Pair p = e2m1x8_to_e4m3(w);  // even = (0, 2, 4, 6), odd = (1, 3, 5, 7)
+  asm("{\n\t.reg .b16 e0, e1, o0, o1;\n\t"
+      "mov.b32 {e0, e1}, %4;\n\t"
+      "mov.b32 {o0, o1}, %5;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, e0;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %1, o0;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %2, e1;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %3, o1;\n\t}"
+      : "=r"(out.reg[0]), "=r"(out.reg[1]), "=r"(out.reg[2]), "=r"(out.reg[3])
+      : "r"(p.even), "r"(p.odd));
 #endif
+  return out;
 }
 
 // bf16: magnitude bits at 6..8 read as bf16 = value * 2^-126 (code 1 a bf16 subnormal), so one
@@ -119,32 +133,27 @@ template <typename T>
 struct DenseOperand;
 template <>
 struct DenseOperand<__half> {
-  static constexpr bool kPairedWithPlus4 = kFp16PairedWithPlus4;
+  static constexpr Pairing kPairing = kFp16Pairing;
   static constexpr int kDecodeExponent = kFp16DecodeExponent;
   static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_fp16(w); }
 };
 template <>
 struct DenseOperand<__nv_bfloat16> {
-  static constexpr bool kPairedWithPlus4 = kBf16PairedWithPlus4;
+  static constexpr Pairing kPairing = kBf16Pairing;
   static constexpr int kDecodeExponent = kBf16DecodeExponent;
   static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_bf16(w); }
 };
 
-// The element of an 8-element group that B register r holds in its low (half = 0) or high half,
-// matching the decoders above.
-__host__ __device__ constexpr int b_element_for(bool paired_with_plus4, int r, int half) {
-  return paired_with_plus4 ? r + 4 * half : 2 * r + half;
+// The element of an 8-element group that register r holds in its low (half = 0) or high half.
+__host__ __device__ constexpr int element_for(Pairing pairing, int r, int half) {
+  switch (pairing) {
+    case Pairing::kPlus4: return r + 4 * half;
+    case Pairing::kPlus2: return (r / 2) * 4 + r % 2 + 2 * half;
+    default: return 2 * r + half;
+  }
 }
 
 // --- mma.sync wrappers: D = A * B + D, fp32 accumulators ------------------------------------
-__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, __half>) {
