@@ -66,7 +66,6 @@ void launch(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   if (args.rows == 0) return;
   if (launch_mma<Format, BT>(args, out, stream)) return;
   const unsigned grid = static_cast<unsigned>((args.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (grid == 0) return;
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     OutT* y = static_cast<OutT*>(out.mutable_data_ptr());

@@ -136,8 +136,8 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
     const uint8_t* sb = args.b_scales + l * (args.k / Format::kBlock);
     for (int i = seg_begin * kBlocks + lane; i < seg_end * kBlocks; i += 32) {
       if constexpr (Layout::kNvfp4) {
-        // fp32 bits of the E4M3 scale times 2^12, which undoes the two 2^-6 operand factors
-        // (exact: at most 448 * 2^12).
+        // fp32 bits of the E4M3 scale times 2^-kDecodeExponent, which undoes both operands'
+        // decode factors (exact: at most 448 * 2^12).
         b_scales[i] = float_to_bits(mul_rn(e4m3_decode(__ldg(sb + i)), exp2_int(-Layout::kDecodeExponent)));
       } else {
         b_scales[i] = __ldg(sb + i);  // the E8M0 code: combined with A's as an exponent sum
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32)
     for (int i = 0; i < 4; ++i) {
       const int column = 2 * t + i % 2;
       if constexpr (Layout::kFp4B && Layout::kNvfp4) {
-        partial[i] = mul_rn(mul_rn(d[i], sa[i]), bits_to_float(b_scales[seg * kBlocks + column]));  // sb * 2^12
+        partial[i] = mul_rn(mul_rn(d[i], sa[i]), bits_to_float(b_scales[seg * kBlocks + column]));  // sb * 2^-kDecodeExponent
       } else if constexpr (Layout::kFp4B) {
         partial[i] = scale_by_e8m0_pair(d[i], sa_codes[i], b_scales[seg * kBlocks + column], -Layout::kDecodeExponent);
       } else if constexpr (Layout::kNvfp4) {

@@ -1,7 +1,7 @@
 // E2M1 codes decoded straight into mma.sync operand registers, and the mma.sync calls the
-// tensor-core GEMV uses (fp16/bf16 m16n8k16, sm_80+; the E4M3 widening cvt needs sm_89+). Every decode is exact: the
-// value in the register is the E2M1 value times a power of two (kDecodeExponent), which the GEMV
-// folds back into its fp32 scale multiply.
+// tensor-core GEMV uses (fp16/bf16 m16n8k16, sm_80+; the E4M3 widening cvt needs sm_89+). Every
+// decode is exact: the value in the register is the E2M1 value times a power of two
+// (kDecodeExponent), which the GEMV folds back into its fp32 scale multiply.
 //
 // The decoders take one 32-bit word of packed codes (8 elements; element i in bits 4i..4i+3,
 // sign in the top bit of each nibble) and return the registers in the order the k-slots of one
@@ -39,7 +39,7 @@ __device__ __forceinline__ E4m3x4Pair e2m1x8_to_e4m3(uint32_t w) {
 // --- fp16 / bf16 operands (mma m16n8k16) ----------------------------------------------------
 // Four registers of two 16-bit values each. MMA q (q = 0, 1) of the word takes registers
 // {2q, 2q+1} as its A k-slots {2t..2t+1, 2t+8..2t+9}. Which elements share a register depends on
-// the decoder (Pairing); b_element_for() gives the same pairing for B.
+// the decoder (Pairing); element_for() gives the same pairing for B.
 struct Regs4 {
   uint32_t reg[4];
 };
@@ -53,16 +53,6 @@ enum class Pairing {
 // fp16 on sm_90: E4M3 bytes (value x 2^-6, see above) widened exactly by cvt.f16x2.e4m3x2, two
 // per instruction: 9 instructions per 8 elements against 15 for shifts and masks. On Blackwell the
 // hardware E2M1 cvt gives the exact value directly.
-#if defined(FP4OPS_HW_FP4)
-constexpr Pairing kFp16Pairing = Pairing::kNatural;
-constexpr int kFp16DecodeExponent = 0;
-#else
-constexpr Pairing kFp16Pairing = Pairing::kPlus2;
-constexpr int kFp16DecodeExponent = kE4m3DecodeExponent;
-#endif
-constexpr Pairing kBf16Pairing = Pairing::kPlus4;
-constexpr int kBf16DecodeExponent = 0;
-
 template <int kShift>
 __device__ __forceinline__ uint32_t shift_left(uint32_t w) {
   if constexpr (kShift >= 0) {
@@ -128,19 +118,24 @@ __device__ __forceinline__ Regs4 e2m1x8_to_bf16(uint32_t w) {
   return out;
 }
 
-// Per dense B type: the A decoder, its power-of-two factor and its element pairing.
+// Per MMA element type: the A decoder, its power-of-two factor and its element pairing.
 template <typename T>
 struct DenseOperand;
 template <>
 struct DenseOperand<__half> {
-  static constexpr Pairing kPairing = kFp16Pairing;
-  static constexpr int kDecodeExponent = kFp16DecodeExponent;
+#if defined(FP4OPS_HW_FP4)
+  static constexpr Pairing kPairing = Pairing::kNatural;
+  static constexpr int kDecodeExponent = 0;
+#else
+  static constexpr Pairing kPairing = Pairing::kPlus2;
+  static constexpr int kDecodeExponent = kE4m3DecodeExponent;
+#endif
   static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_fp16(w); }
 };
 template <>
 struct DenseOperand<__nv_bfloat16> {
-  static constexpr Pairing kPairing = kBf16Pairing;
-  static constexpr int kDecodeExponent = kBf16DecodeExponent;
+  static constexpr Pairing kPairing = Pairing::kPlus4;
+  static constexpr int kDecodeExponent = 0;
   static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_bf16(w); }
 };
 
