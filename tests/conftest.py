@@ -15,6 +15,11 @@ FLT_MAX = torch.finfo(torch.float32).max
 FLT_TINY = torch.finfo(torch.float32).tiny
 
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+# CUDA graph capture allocates through PyTorch's caching allocator; the sanitizer script turns it
+# off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) so that memcheck sees every allocation's real bounds.
+requires_caching_allocator = pytest.mark.skipif(
+    os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1",
+    reason="CUDA graph capture needs the caching allocator (PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set)")
 
 
 @pytest.fixture(autouse=True)

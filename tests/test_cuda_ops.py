@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FLOAT_DTYPES, assert_exact, assert_same_bytes, edge_cases, requires_cuda
+from conftest import FLOAT_DTYPES, assert_exact, assert_same_bytes, edge_cases, requires_caching_allocator, requires_cuda
 
 import fp4ops
 
@@ -120,6 +120,7 @@ def all_ops(x: torch.Tensor, g: torch.Tensor):
             mx.data, mx.scales, mx.dequantize(torch.bfloat16), fp4ops.cast_to_e2m1(x)]
 
 
+@requires_caching_allocator
 @pytest.mark.parametrize("numel", [4096, 1 << 20])  # the single-block and the two-launch NVFP4 paths
 def test_cuda_graph_capture_and_replay(numel):
     x = torch.randn(numel // 256, 256, device="cuda")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import HAS_CUDA, cuda_has_kernel
+from conftest import HAS_CUDA, cuda_has_kernel, requires_caching_allocator
 
 import fp4ops
 from fp4ops import reference
@@ -220,6 +220,7 @@ def test_misaligned_and_strided_operands(device):
     assert torch.equal(fp4ops.gemv(a_shifted, b_strided), fp4ops.gemv(a, b))
 
 
+@requires_caching_allocator
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA GEMV kernel")
 def test_cuda_graph_capture_and_replay():
     a, b = operands("mxfp4", "float16", (4, 64, 1024), "cuda")
