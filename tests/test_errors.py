@@ -41,7 +41,23 @@ PYTHON_CASES = [
     (lambda: fp4ops.cast_from_e2m1(torch.zeros(4, dtype=torch.int8)), TypeError, "data: expected uint8 or torch.float4_e2m1fn_x2"),
     (lambda: fp4ops.cast_from_e2m1(torch.zeros(4, dtype=torch.uint8), torch.float64), TypeError, "dtype: expected"),
     (lambda: fp4ops.amax(torch.zeros(3, dtype=torch.int64)), TypeError, "x: expected float32, float16 or bfloat16, got torch.int64"),
+    (lambda: fp4ops.amax(x32.clone().requires_grad_()), RuntimeError, "x: requires grad, but fp4ops.amax has no backward"),
+    (lambda: fp4ops.gemv(q_nv, torch.randn(32, dtype=torch.half, requires_grad=True)), RuntimeError, "b: requires grad, but fp4ops.gemv has no backward"),
+    (lambda: fp4ops.gemv(fp4ops.NVFP4Tensor(q_nv.data, q_nv.scales, torch.tensor(1.0, requires_grad=True)), torch.randn(32, dtype=torch.half)),
+     RuntimeError, "a.global_scale: requires grad"),
 ]
+
+
+def test_quantizing_a_tensor_that_requires_grad():
+    """A weight (requires_grad) quantizes; nothing returned requires grad, and under no_grad the
+    float ops accept it."""
+    w = torch.nn.Parameter(torch.randn(4, 32))
+    q = fp4ops.quantize_nvfp4(w)
+    assert not any(t.requires_grad for t in (q.data, q.scales, q.global_scale))
+    assert not fp4ops.quantize_mxfp4(w).scales.requires_grad
+    with torch.no_grad():
+        assert fp4ops.amax(w) == w.abs().max()
+        assert fp4ops.gemv(q, w[0].half()).shape == (4,)
 
 
 @pytest.mark.parametrize("case", range(len(PYTHON_CASES)))

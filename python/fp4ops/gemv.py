@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .ops import _check_scale_layout, _check_tensor
+from .ops import _check_no_grad, _check_scale_layout, _check_tensor
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
 GEMV_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -29,6 +29,7 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
     a_data = a.data if batched else a.data.unsqueeze(0)
     a_scales = a.scales if batched else a.scales.unsqueeze(0)
     a_global = a.global_scale if isinstance(a, NVFP4Tensor) else None
+    _check_no_grad(a_global, "a.global_scale", "gemv")
     expected_b = (a_data.shape[0], k) if batched else (k,)
     if isinstance(b, (NVFP4Tensor, MXFP4Tensor)):
         if type(b) is not type(a):
@@ -39,6 +40,7 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
         b_data = b.data if batched else b.data.unsqueeze(0)
         b_scales = b.scales if batched else b.scales.unsqueeze(0)
         b_global = b.global_scale if isinstance(b, NVFP4Tensor) else None
+        _check_no_grad(b_global, "b.global_scale", "gemv")
         y = torch.ops.fp4ops.gemv_fp4_fp4(a_data, a_scales, a_global, b_data, b_scales, b_global, out_dtype)
     else:
         _check_tensor(b, "b")
@@ -48,5 +50,6 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
             raise ValueError(f"b: expected shape {expected_b} for a of shape {tuple(a.shape)}, got {tuple(b.shape)}")
         if b.device != a.device:
             raise ValueError(f"b: expected a tensor on {a.device} (the device of a), got {b.device}")
+        _check_no_grad(b, "b", "gemv")
         y = torch.ops.fp4ops.gemv_fp4_dense(a_data, a_scales, a_global, b if batched else b.unsqueeze(0), out_dtype)
     return y if batched else y.squeeze(0)

@@ -31,6 +31,14 @@ def _check_float_input(x, name: str = "x") -> None:
         raise ValueError(f"{name}: expected at least 1 dimension, got a 0-dim tensor")
 
 
+def _check_no_grad(x, name: str, function: str) -> None:
+    """The float-output ops have no backward: refuse an input that would need one, rather than
+    hand back an output whose backward fails later, away from the call that caused it."""
+    if isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{name}: requires grad, but fp4ops.{function} has no backward; "
+                           f"call it under torch.no_grad() or pass {name}.detach()")
+
+
 def _check_last_dim_multiple(x: torch.Tensor, multiple: int, what: str, name: str = "x") -> None:
     if x.shape[-1] % multiple != 0:
         raise ValueError(f"{name}: expected the last dimension to be a multiple of {multiple} ({what}), got {x.shape[-1]}")
@@ -71,6 +79,7 @@ def _global_scale_tensor(global_scale, x: torch.Tensor):
 def amax(x: torch.Tensor) -> torch.Tensor:
     """max |x| over the finite elements of x (0 if none), as a float32 0-dim tensor on x's device."""
     _check_float_input(x)
+    _check_no_grad(x, "x", "amax")
     return torch.ops.fp4ops.amax(x)
 
 
@@ -81,12 +90,13 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
     g = amax(x) / 2688 on x's device without a host sync; a Python number must be finite and
     > 0; a tensor is trusted as is (a non-positive or non-finite one makes every scale NaN).
     Note: vLLM/FlashInfer/TensorRT-LLM call 2688 / amax (= 1 / g) their "global scale".
+    Quantization is not differentiable: x may require grad (a weight, say); nothing returned does.
     """
     _check_float_input(x)
     _check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
     _check_scale_layout(scale_layout)
-    data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x, _global_scale_tensor(global_scale, x))
-    return NVFP4Tensor(data, scales, g, scale_layout)
+    data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), _global_scale_tensor(global_scale, x))
+    return NVFP4Tensor(data, scales, g.detach(), scale_layout)
 
 
 def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: str = "linear") -> MXFP4Tensor:
@@ -96,7 +106,7 @@ def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: 
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
     _check_scale_layout(scale_layout)
-    data, scales = torch.ops.fp4ops.quantize_mxfp4(x, scale_rule)
+    data, scales = torch.ops.fp4ops.quantize_mxfp4(x.detach(), scale_rule)
     return MXFP4Tensor(data, scales, scale_layout)
 
 
