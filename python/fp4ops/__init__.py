@@ -20,6 +20,7 @@ from .ops import (  # noqa: E402
 )
 from .gemv import gemv  # noqa: E402
 from .tensor import MXFP4Tensor, NVFP4Tensor  # noqa: E402
+from . import nn  # noqa: E402
 
 __all__ = [
     "MXFP4Tensor",
@@ -29,6 +30,7 @@ __all__ = [
     "cast_to_e2m1",
     "dequantize",
     "gemv",
+    "nn",
     "quantize_mxfp4",
     "quantize_nvfp4",
     "reference",

@@ -1,0 +1,124 @@
+"""fp4ops.nn.FP4Linear: a model with its Linear layers swapped to FP4 stays within the
+quantization error of the original, round-trips through state_dict, compiles without graph breaks
+and replays in a CUDA graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HAS_CUDA, requires_caching_allocator
+from torch import nn
+
+import fp4ops
+from fp4ops.nn import FP4Linear, replace_linears
+
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+def mlp(device: str) -> nn.Module:
+    """A transformer-like MLP block with a head: up, GELU, down, lm_head."""
+    model = nn.Sequential()
+    model.add_module("up", nn.Linear(128, 512))
+    model.add_module("act", nn.GELU())
+    model.add_module("down", nn.Linear(512, 128))
+    model.add_module("lm_head", nn.Linear(128, 96))
+    return model.to(device=device, dtype=torch.bfloat16)
+
+
+def relative_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_swapped_mlp_stays_within_quantization_error(device, fmt):
+    model = mlp(device)
+    x = torch.randn(6, 128, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = model(x)
+        quantized = mlp(device)
+        quantized.load_state_dict(model.state_dict())
+        assert replace_linears(quantized, fmt) == ["up", "down"]  # lm_head skipped by default
+        assert isinstance(quantized.up, FP4Linear) and isinstance(quantized.lm_head, nn.Linear)
+        batch = quantized(x)
+        rows = torch.cat([quantized(x[i : i + 1]) for i in range(x.shape[0])])  # one row: the GEMV path
+    # 4-bit weights: ~20 dB (NVFP4) / ~16 dB (MXFP4) on Gaussian weights, i.e. 10-16% relative error.
+    assert 0.02 < relative_error(batch, ref) < 0.3
+    # The GEMV path and the dequantize + linear path compute the same product.
+    assert relative_error(rows, batch) < 2e-2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_single_row_uses_the_gemv_and_matches_the_exact_product(device):
+    linear = nn.Linear(256, 64, bias=True).to(device=device, dtype=torch.float16)
+    fp4 = FP4Linear.from_linear(linear, "nvfp4")
+    x = torch.randn(1, 1, 256, device=device, dtype=torch.float16)
+    with torch.no_grad():
+        y = fp4(x)
+        assert y.shape == (1, 1, 64) and y.dtype == torch.float16
+        w = fp4.quantized_weight()
+        expected = fp4ops.gemv(w, x.reshape(256), out_dtype=torch.float16) + fp4.bias
+        assert torch.equal(y.reshape(64), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_state_dict_round_trip(device, fmt):
+    linear = nn.Linear(64, 32).to(device=device, dtype=torch.bfloat16)
+    fp4 = FP4Linear.from_linear(linear, fmt)
+    state = fp4.state_dict()
+    expected_keys = {"weight", "weight_scale", "bias"} | ({"weight_scale_2"} if fmt == "nvfp4" else set())
+    assert set(state) == expected_keys
+    assert state["weight"].dtype == torch.uint8 and state["weight"].shape == (32, 32)
+    fresh = FP4Linear(64, 32, format=fmt, device=device)
+    fresh.load_state_dict(state)
+    x = torch.randn(3, 64, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(fresh(x), fp4(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fullgraph_compile(device):
+    model = mlp(device)
+    replace_linears(model, "nvfp4")
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    with torch.no_grad():
+        for rows in (1, 5):
+            x = torch.randn(rows, 128, device=device, dtype=torch.bfloat16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@requires_caching_allocator
+def test_cuda_graph_replay():
+    model = mlp("cuda")
+    replace_linears(model, "mxfp4")
+    x = torch.randn(1, 128, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        model(x)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = model(x)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, model(x))
+
+
+@pytest.mark.parametrize(
+    "call, exception, message",
+    [
+        (lambda: FP4Linear(64, 8, format="fp8"), ValueError, "format: expected 'nvfp4' or 'mxfp4', got 'fp8'"),
+        (lambda: FP4Linear(48, 8, format="mxfp4"), ValueError, "in_features: expected a multiple of 32"),
+        (lambda: FP4Linear.from_linear(nn.Conv1d(4, 4, 1)), TypeError, "linear: expected torch.nn.Linear"),
+        (lambda: FP4Linear(64, 8)(torch.randn(2, 32)), ValueError, "x: expected the last dimension to be 64, got 32"),
+        (lambda: FP4Linear(64, 8).load_quantized_weight(fp4ops.quantize_mxfp4(torch.randn(8, 64))), TypeError,
+         "q: expected NVFP4Tensor for format 'nvfp4'"),
+        (lambda: FP4Linear(64, 8).load_quantized_weight(fp4ops.quantize_nvfp4(torch.randn(4, 64))), ValueError,
+         "q: expected shape (8, 64), got (4, 64)"),
+    ],
+)
+def test_bad_arguments(call, exception, message):
+    with pytest.raises(exception) as info:
+        call()
+    assert message in str(info.value)
