@@ -1,0 +1,147 @@
+"""Checkpoint quantizer: `python -m fp4ops quantize IN.safetensors OUT.safetensors --format nvfp4`.
+
+Every 2-D floating-point `*.weight` whose input dimension is a multiple of the block and whose
+name matches no skip pattern (embeddings, norms, the LM head by default) is quantized and written
+in the ModelOpt layout: `<prefix>.weight` packed E2M1 (uint8 [out, in/2]), `<prefix>.weight_scale`
+(E4M3 per 16 / E8M0 per 32 inputs) and, for NVFP4, `<prefix>.weight_scale_2` (fp32 decode global
+scale, `w ~= e2m1 * weight_scale * weight_scale_2`). Everything else is copied unchanged. The
+file's metadata names the format. Tensors are read one at a time; only the output is held in
+memory (at most the size of the input). `load_quantized` reads such a file back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .demo import best_device, sqnr_db
+from .ops import FLOAT_DTYPES, quantize_mxfp4, quantize_nvfp4
+from .tensor import MXFP4Tensor, NVFP4Tensor
+
+DEFAULT_SKIP = ("embed", "norm", "lm_head")
+BLOCKS = {"nvfp4": 16, "mxfp4": 32}
+SCALE_SUFFIXES = ("weight_scale", "weight_scale_2")
+
+
+@dataclass
+class TensorReport:
+    name: str
+    shape: tuple
+    sqnr_db: float
+
+
+def should_quantize(name: str, tensor: torch.Tensor, block: int, skip) -> bool:
+    return (name.split(".")[-1] == "weight" and tensor.dim() == 2 and tensor.dtype in FLOAT_DTYPES
+            and tensor.shape[-1] % block == 0 and not any(pattern in name for pattern in skip))
+
+
+def _refuse_to_overwrite(src: str, dst: str) -> None:
+    same = os.path.abspath(src) == os.path.abspath(dst) or (os.path.exists(dst) and os.path.samefile(src, dst))
+    if same:
+        raise ValueError(f"out: {dst!r} is the input checkpoint; refusing to overwrite it")
+
+
+def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, skip=DEFAULT_SKIP, scale_rule: str = "floor",
+                        device=None, progress: bool = True) -> list[TensorReport]:
+    """Quantize the linear weights of the safetensors file `src` into `dst`; returns one report
+    (name, shape, SQNR in dB against the original) per quantized tensor."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from tqdm import tqdm
+
+    if format not in BLOCKS:
+        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    _refuse_to_overwrite(src, dst)
+    device = torch.device(device) if device is not None else best_device()
+    out: dict[str, torch.Tensor] = {}
+    reports = []
+    with safe_open(src, framework="pt", device="cpu") as f:
+        metadata = dict(f.metadata() or {})
+        names = list(f.keys())
+        for name in tqdm(names, desc=f"quantizing to {format}", unit="tensor", disable=not progress):
+            tensor = f.get_tensor(name)
+            if not should_quantize(name, tensor, BLOCKS[format], skip):
+                out[name] = tensor
+                continue
+            x = tensor.to(device)
+            q = quantize_nvfp4(x) if format == "nvfp4" else quantize_mxfp4(x, scale_rule=scale_rule)
+            prefix = name[: -len("weight")]
+            for suffix in SCALE_SUFFIXES:
+                if prefix + suffix in names:
+                    raise ValueError(f"src: {name!r} already has a {prefix + suffix!r}: is it quantized already?")
+            out[name] = q.data.cpu()
+            out[prefix + "weight_scale"] = q.scales.cpu()
+            if format == "nvfp4":
+                out[prefix + "weight_scale_2"] = q.global_scale.reshape(()).cpu()
+            reports.append(TensorReport(name, tuple(tensor.shape), sqnr_db(x, q.dequantize(torch.float32))))
+    metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
+                     "fp4ops_quantized_tensors": str(len(reports))})
+    save_file(out, dst, metadata=metadata)
+    return reports
+
+
+def load_quantized(path: str, device="cpu") -> dict:
+    """A quantized checkpoint back as {name: tensor}, each quantized weight as one NVFP4Tensor /
+    MXFP4Tensor under its `weight` name (its scale tensors folded in)."""
+    from safetensors.torch import load_file
+
+    raw = load_file(path, device=str(device))
+    out = {}
+    for name, tensor in raw.items():
+        prefix = name[: -len("weight")] if name.split(".")[-1] == "weight" else None
+        scales = raw.get(prefix + "weight_scale") if prefix is not None else None
+        if scales is None:
+            if not any(name.endswith(suffix) and name[: -len(suffix)] + "weight" in raw for suffix in SCALE_SUFFIXES):
+                out[name] = tensor
+        elif scales.dtype == torch.float8_e4m3fn:
+            out[name] = NVFP4Tensor(tensor, scales, raw[prefix + "weight_scale_2"])
+        else:
+            out[name] = MXFP4Tensor(tensor, scales)
+    return out
+
+
+def print_report(reports: list[TensorReport], plot_path: str | None) -> None:
+    """The per-tensor SQNR table (worst first) and, if asked, a PNG histogram of it."""
+    from tabulate import tabulate
+
+    rows = sorted(reports, key=lambda r: r.sqnr_db)
+    print(tabulate([[r.name, "x".join(map(str, r.shape)), f"{r.sqnr_db:.2f}"] for r in rows],
+                   headers=["tensor", "shape", "SQNR dB"], tablefmt="github"))
+    if rows:
+        values = torch.tensor([r.sqnr_db for r in rows])
+        print(f"{len(rows)} tensors quantized; SQNR dB min {values.min():.2f}, median {values.median():.2f}, max {values.max():.2f}")
+    if plot_path and rows:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.hist([r.sqnr_db for r in rows], bins=min(30, max(5, len(rows))))
+        ax.set_xlabel("SQNR (dB)")
+        ax.set_ylabel("tensors")
+        ax.set_title(f"Per-tensor SQNR of {len(rows)} quantized weights")
+        fig.tight_layout()
+        fig.savefig(plot_path, dpi=120)
+        plt.close(fig)
+        print(f"histogram: {plot_path}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m fp4ops quantize", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", help="input .safetensors")
+    parser.add_argument("dst", help="output .safetensors (never the input)")
+    parser.add_argument("--format", choices=sorted(BLOCKS), default="nvfp4")
+    parser.add_argument("--scale-rule", choices=["floor", "rceil"], default="floor", help="MXFP4 only")
+    parser.add_argument("--skip", nargs="*", default=list(DEFAULT_SKIP),
+                        help="name substrings to leave unquantized (default: %(default)s)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: the best one present)")
+    parser.add_argument("--plot", default=None, help="PNG histogram of the SQNRs (default: DST + '.sqnr.png')")
+    args = parser.parse_args(argv)
+    reports = quantize_checkpoint(args.src, args.dst, args.format, skip=tuple(args.skip), scale_rule=args.scale_rule,
+                                  device=args.device)
+    print_report(reports, args.plot if args.plot is not None else args.dst + ".sqnr.png")
