@@ -83,18 +83,38 @@ def amax(x: torch.Tensor) -> torch.Tensor:
     return torch.ops.fp4ops.amax(x)
 
 
-def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear") -> NVFP4Tensor:
+def _group_global_scale(x: torch.Tensor, group) -> torch.Tensor:
+    """SPEC 2.2's g from the amax of every shard in `group`: local amax, all-reduce max, then
+    g = amax / 2688 (1 when 0), the same fp32 division the kernels do. No host sync."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("amax_group: torch.distributed is not initialized")
+    group_amax = torch.ops.fp4ops.amax(x.detach())
+    dist.all_reduce(group_amax, op=dist.ReduceOp.MAX, group=group)
+    g = group_amax / 2688.0
+    return torch.where(g == 0, torch.ones_like(g), g)
+
+
+def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear", amax_group=None) -> NVFP4Tensor:
     """NVFP4-quantize x [..., K] (K a multiple of 16) along its last dimension.
 
     global_scale is the *decode* scale g (x ~= e2m1 * e4m3_scale * g). None computes
     g = amax(x) / 2688 on x's device without a host sync; a Python number must be finite and
     > 0; a tensor is trusted as is (a non-positive or non-finite one makes every scale NaN).
+    amax_group (a torch.distributed process group, or torch.distributed.group.WORLD): x is one
+    shard; the amax is max-reduced over the group first, so every shard shares one g (as
+    Transformer Engine does for sequence-parallel tensors). Needs global_scale=None.
     Note: vLLM/FlashInfer/TensorRT-LLM call 2688 / amax (= 1 / g) their "global scale".
     Quantization is not differentiable: x may require grad (a weight, say); nothing returned does.
     """
     _check_float_input(x)
     _check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
     _check_scale_layout(scale_layout)
+    if amax_group is not None:
+        if global_scale is not None:
+            raise ValueError("amax_group: give either amax_group or global_scale, not both")
+        global_scale = _group_global_scale(x, amax_group)
     data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), _global_scale_tensor(global_scale, x))
     return NVFP4Tensor(data, scales, g.detach(), scale_layout)
 
