@@ -53,3 +53,40 @@ def test_compiled_function_can_return_the_tensor_class():
     q = compiled(x)
     assert isinstance(q, fp4ops.NVFP4Tensor)
     assert_same_bytes(q.data, fp4ops.quantize_nvfp4(x * 2).data, "data")
+
+
+ALL_FUNCTIONS = [nvfp4_round_trip, nvfp4_given_scale_round_trip, mxfp4_round_trip, casts_and_amax, quantize_then_gemv]
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def assert_outputs_match(got_outputs, want_outputs, name):
+    for got, want in zip(got_outputs, want_outputs):
+        if got.dtype in (torch.uint8, torch.float8_e4m3fn, torch.float8_e8m0fnu):
+            assert_same_bytes(got, want, name)
+        else:
+            assert_exact(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fn", ALL_FUNCTIONS)
+def test_dynamic_shape_compile_matches_eager(fn, device):
+    """dynamic=True over several batch sizes and K (the checks on K's block
+    multiple become guards, not graph breaks)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend="inductor")
+    for shape in [(4, 8, 64), (3, 5, 128), (7, 2, 96 if fn is not mxfp4_round_trip else 160)]:
+        if fn in (mxfp4_round_trip, quantize_then_gemv) and shape[-1] % 32:
+            continue
+        x = torch.randn(*shape, dtype=torch.bfloat16, device=device) * 5
+        assert_outputs_match(compiled(x), fn(x), f"{fn.__name__}{shape}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="mode='reduce-overhead' runs CUDA graphs: needs a GPU")
+@pytest.mark.parametrize("fn", ALL_FUNCTIONS)
+def test_reduce_overhead_mode_matches_eager(fn):
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):  # warm-up, record, replay
+        x = torch.randn(4, 8, 64, dtype=torch.bfloat16, device="cuda") * 5
+        got = [t.clone() for t in compiled(x)]
+        assert_outputs_match(got, fn(x), fn.__name__)
