@@ -253,3 +253,52 @@ def scaled_mm_gemv(a, b, out_dtype: torch.dtype = torch.float16) -> torch.Tensor
         outs.append(y.to(out_dtype))
     out = torch.stack(outs)
     return out if batched else out.squeeze(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Random Hadamard Transform (d = 16), the Transformer Engine NVFP4 recipe's rotation: each
+# 16-element group of the last dimension becomes x' = x H with H = diag(S) H16 / 4, H16 the
+# Sylvester Hadamard matrix and S a sign vector. H is orthogonal (H H^T = I, exactly in binary
+# floating point: its entries are +-1/4), so (x H)(w H)^T = x w^T: rotate both GEMM operands
+# along K and the product is unchanged, while outliers spread over their group before quantizing.
+
+RHT_DIM = 16
+# Transformer Engine's fixed ("wgrad") sign vector.
+TE_RHT_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
+
+
+def rht_signs(seed: int | None = None, device=None) -> torch.Tensor:
+    """The sign vector S: Transformer Engine's fixed one (seed None), or 16 random +-1 from seed."""
+    if seed is None:
+        return torch.tensor(TE_RHT_SIGNS, dtype=torch.float64, device=device)
+    bits = torch.randint(0, 2, (RHT_DIM,), generator=torch.Generator().manual_seed(seed))
+    return (2 * bits - 1).to(dtype=torch.float64, device=device)
+
+
+def rht_matrix(signs: torch.Tensor) -> torch.Tensor:
+    """H = diag(S) H16 / 4 in float64, H16[i, j] = (-1)^popcount(i & j)."""
+    i = torch.arange(RHT_DIM)
+    parity = torch.zeros(RHT_DIM, RHT_DIM, dtype=torch.int64)
+    for bit in range(4):  # popcount(i & j) mod 2, bit by bit
+        parity ^= ((i[:, None] >> bit) & (i[None, :] >> bit)) & 1
+    h16 = (1 - 2 * parity).to(torch.float64).to(signs.device)
+    return signs.to(torch.float64)[:, None] * h16 / 4
+
+
+def rht(x: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
+    """x' = x H on every 16-element group of the last dimension (a multiple of 16), computed in
+    float64 and returned in x's dtype."""
+    if x.shape[-1] % RHT_DIM:
+        raise ValueError(f"x: expected the last dimension to be a multiple of {RHT_DIM}, got {x.shape[-1]}")
+    h = rht_matrix(signs if signs is not None else rht_signs(device=x.device))
+    groups = x.double().reshape(*x.shape[:-1], -1, RHT_DIM)
+    return (groups @ h).reshape(x.shape).to(x.dtype)
+
+
+def inverse_rht(y: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
+    """The inverse of rht: y H^T per group."""
+    if y.shape[-1] % RHT_DIM:
+        raise ValueError(f"y: expected the last dimension to be a multiple of {RHT_DIM}, got {y.shape[-1]}")
+    h = rht_matrix(signs if signs is not None else rht_signs(device=y.device))
+    groups = y.double().reshape(*y.shape[:-1], -1, RHT_DIM)
+    return (groups @ h.T).reshape(y.shape).to(y.dtype)

@@ -1,0 +1,59 @@
+"""The Random Hadamard Transform reference (d = 16): orthogonal, invertible, and GEMM-preserving,
+also through NVFP4 quantize, GEMV and dequantize within the quantization error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp4ops
+from fp4ops import reference
+
+
+@pytest.mark.parametrize("seed", [None, 7, 12345])
+def test_rht_matrix_is_orthogonal_and_built_from_16x16_hadamard(seed):
+    signs = reference.rht_signs(seed)
+    h = reference.rht_matrix(signs)
+    assert torch.equal(h @ h.T, torch.eye(16, dtype=torch.float64))  # exact: entries are +-1/4
+    assert torch.equal(h.abs(), torch.full((16, 16), 0.25, dtype=torch.float64))
+    assert torch.equal(signs.abs(), torch.ones(16, dtype=torch.float64))
+    assert torch.equal((h * 4)[:, 0], signs)  # column 0 of H16 is all ones, so column 0 of H is S / 4
+
+
+def test_default_signs_are_transformer_engines_and_seeds_differ():
+    assert reference.rht_signs().tolist() == [1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1]
+    assert len({tuple(reference.rht_signs(s).tolist()) for s in range(8)}) > 1
+    assert torch.equal(reference.rht_signs(5), reference.rht_signs(5))
+
+
+def test_rht_round_trips_and_preserves_products():
+    x = torch.randn(3, 8, 64, dtype=torch.float64)
+    w = torch.randn(32, 64, dtype=torch.float64)
+    signs = reference.rht_signs(99)
+    assert torch.allclose(reference.inverse_rht(reference.rht(x, signs), signs), x, rtol=0, atol=1e-13)
+    assert torch.allclose(reference.rht(x, signs) @ reference.rht(w, signs).T, x @ w.T, rtol=0, atol=1e-11)
+
+
+def test_rotated_gemv_through_nvfp4_matches_the_plain_product_within_quantization_error():
+    """(x H)(w H)^T == x w^T through quantize -> gemv, and dequantize(quantize(w H)) H^T ~= w:
+    both within NVFP4's error."""
+    k = 256
+    w = torch.randn(64, k)
+    w[:, 5] *= 40.0  # an outlier input channel
+    x = torch.randn(k)
+    plain = fp4ops.quantize_nvfp4(w)
+    rotated = fp4ops.quantize_nvfp4(reference.rht(w))
+    exact = (w.double() @ x.double())
+    y = fp4ops.gemv(rotated, reference.rht(x).to(torch.bfloat16), out_dtype=torch.float32).double()
+    assert ((y - exact).norm() / exact.norm()).item() < 0.15
+    w_back = reference.inverse_rht(rotated.dequantize(torch.float32))
+
+    def sqnr(a):
+        return 10 * torch.log10(w.double().square().sum() / (w.double() - a.double()).square().sum()).item()
+
+    assert sqnr(w_back) > 15.0 and sqnr(plain.dequantize(torch.float32)) > 15.0
+
+
+def test_rht_rejects_a_last_dimension_not_a_multiple_of_16():
+    with pytest.raises(ValueError, match="x: expected the last dimension to be a multiple of 16, got 24"):
+        reference.rht(torch.randn(2, 24))
