@@ -34,24 +34,21 @@ def test_rht_round_trips_and_preserves_products():
     assert torch.allclose(reference.rht(x, signs) @ reference.rht(w, signs).T, x @ w.T, rtol=0, atol=1e-11)
 
 
-def test_rotated_gemv_through_nvfp4_matches_the_plain_product_within_quantization_error():
-    """(x H)(w H)^T == x w^T through quantize -> gemv, and dequantize(quantize(w H)) H^T ~= w:
-    both within NVFP4's error."""
+def test_rotated_gemv_through_nvfp4_equals_the_unrotated_product_with_the_quantized_weight():
+    """gemv(quantize(w H), x H) == (dequantize(quantize(w H)) H^T) x: the rotation passes through
+    quantize and GEMV (up to x H's bf16 rounding), and the weight it stands for, rotated back, is
+    within NVFP4's error of w."""
     k = 256
     w = torch.randn(64, k)
     w[:, 5] *= 40.0  # an outlier input channel
     x = torch.randn(k)
-    plain = fp4ops.quantize_nvfp4(w)
     rotated = fp4ops.quantize_nvfp4(reference.rht(w))
-    exact = (w.double() @ x.double())
+    w_back = reference.inverse_rht(rotated.dequantize(torch.float32)).double()
     y = fp4ops.gemv(rotated, reference.rht(x).to(torch.bfloat16), out_dtype=torch.float32).double()
-    assert ((y - exact).norm() / exact.norm()).item() < 0.15
-    w_back = reference.inverse_rht(rotated.dequantize(torch.float32))
-
-    def sqnr(a):
-        return 10 * torch.log10(w.double().square().sum() / (w.double() - a.double()).square().sum()).item()
-
-    assert sqnr(w_back) > 15.0 and sqnr(plain.dequantize(torch.float32)) > 15.0
+    want = w_back @ x.double()
+    assert ((y - want).norm() / want.norm()).item() < 1e-2  # bf16 rounding of x H: ~2^-9 per element
+    sqnr = 10 * torch.log10(w.double().square().sum() / (w.double() - w_back).square().sum()).item()
+    assert sqnr > 15.0
 
 
 def test_rht_rejects_a_last_dimension_not_a_multiple_of_16():
