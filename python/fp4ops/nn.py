@@ -92,9 +92,9 @@ def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head"
     """Swap every nn.Linear under `module` (in place) for an FP4Linear, except those whose
     qualified name contains one of `skip`, or whose in_features is not a multiple of the block.
     Returns the names swapped."""
-    block = FORMATS[format][0] if format in FORMATS else None
-    if block is None:
+    if format not in FORMATS:
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    block = FORMATS[format][0]
     swapped = []
     for name, child in list(module.named_modules()):
         for child_name, leaf in list(child.named_children()):
