@@ -17,13 +17,19 @@ TORCH_LIBRARY(fp4ops, m) {
   m.def("amax(Tensor x) -> Tensor");
   // SPEC 2: x [..., K] -> (data uint8 [..., K/2], scales float8_e4m3fn [..., K/16],
   // global_scale fp32 0-dim). global_scale None computes amax / 2688 on the tensor's device.
-  m.def("quantize_nvfp4(Tensor x, Tensor? global_scale) -> (Tensor, Tensor, Tensor)");
+  // scale_layout "swizzled" (SPEC 4) gives scales [..., ceil(rows/128)*128, ceil(K/64)*4].
+  m.def("quantize_nvfp4(Tensor x, Tensor? global_scale, str scale_layout=\"linear\") -> (Tensor, Tensor, Tensor)");
   // SPEC 3: x [..., K] -> (data uint8 [..., K/2], scales float8_e8m0fnu [..., K/32]);
   // scale_rule is "floor" or "rceil".
-  m.def("quantize_mxfp4(Tensor x, str scale_rule) -> (Tensor, Tensor)");
-  // SPEC 2.6 / 3: back to fp32, fp16 or bf16 [..., K].
-  m.def("dequantize_nvfp4(Tensor data, Tensor scales, Tensor global_scale, ScalarType dtype) -> Tensor");
-  m.def("dequantize_mxfp4(Tensor data, Tensor scales, ScalarType dtype) -> Tensor");
+  m.def("quantize_mxfp4(Tensor x, str scale_rule, str scale_layout=\"linear\") -> (Tensor, Tensor)");
+  // SPEC 2.6 / 3: back to fp32, fp16 or bf16 [..., K]; scales in either layout.
+  m.def("dequantize_nvfp4(Tensor data, Tensor scales, Tensor global_scale, ScalarType dtype, "
+        "str scale_layout=\"linear\") -> Tensor");
+  m.def("dequantize_mxfp4(Tensor data, Tensor scales, ScalarType dtype, str scale_layout=\"linear\") -> Tensor");
+  // SPEC 4: scale codes [..., rows, cols] (or [cols]) <-> the 128x4-atom layout
+  // [..., ceil(rows/128)*128, ceil(cols/4)*4], one matrix per leading index, padding zero.
+  m.def("swizzle_scales(Tensor scales) -> Tensor");
+  m.def("unswizzle_scales(Tensor scales, int rows, int cols) -> Tensor");
   // SPEC 1 with no scaling: x [..., K] (K even) <-> packed E2M1 uint8 [..., K/2].
   m.def("cast_to_e2m1(Tensor x) -> Tensor");
   m.def("cast_from_e2m1(Tensor data, ScalarType dtype) -> Tensor");

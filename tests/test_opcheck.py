@@ -23,6 +23,8 @@ def samples(device: str):
             ("quantize_nvfp4", (batched, torch.tensor(0.01, device=device))),
             ("quantize_mxfp4", (x, "floor")),
             ("quantize_mxfp4", (batched, "rceil")),
+            ("quantize_nvfp4", (batched, None, "swizzled")),
+            ("quantize_mxfp4", (x, "floor", "swizzled")),
             ("cast_to_e2m1", (x,)),
         ]
         data = torch.randint(0, 256, (3, 32), dtype=torch.uint8, device=device)
@@ -31,8 +33,12 @@ def samples(device: str):
         out += [
             ("dequantize_nvfp4", (data, e4m3, torch.tensor(0.5, device=device), dtype)),
             ("dequantize_mxfp4", (data, e8m0, dtype)),
+            ("dequantize_nvfp4", (data, torch.zeros(128, 4, dtype=torch.float8_e4m3fn, device=device), torch.tensor(0.5, device=device), dtype, "swizzled")),
+            ("dequantize_mxfp4", (data, torch.zeros(128, 4, dtype=torch.float8_e8m0fnu, device=device), dtype, "swizzled")),
             ("cast_from_e2m1", (data, dtype)),
         ]
+    out += [("swizzle_scales", (e4m3,)), ("swizzle_scales", (e8m0[0],)),
+            ("unswizzle_scales", (torch.zeros(2, 128, 8, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn), 130 - 128, 5))]
     out.append(("quantize_nvfp4", (torch.empty(0, 16, device=device), None)))
     nv = torch.ops.fp4ops.quantize_nvfp4(torch.randn(2, 5, 64, device=device), None) if device == "cpu" or cuda_has_kernel("quantize_nvfp4") else None
     mx = torch.ops.fp4ops.quantize_mxfp4(torch.randn(2, 5, 64, device=device), "floor") if nv is not None else None

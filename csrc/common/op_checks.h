@@ -8,6 +8,7 @@
 #include <string>
 
 #include "block_formats.h"
+#include "scale_layout.h"
 
 namespace fp4ops {
 
@@ -51,18 +52,82 @@ inline void check_same_device(const at::Tensor& t, const char* name, const at::T
               ref_name, "), got ", t.device().str());
 }
 
-// scales must be [..., K / block] of `dtype` for data [..., K / 2], on the same device.
-inline void check_scales(const at::Tensor& scales, const at::Tensor& data, at::ScalarType dtype,
-                         int64_t block) {
+inline std::vector<int64_t> with_last_dim(at::IntArrayRef sizes, int64_t last) {
+  auto out = sizes.vec();
+  out.back() = last;
+  return out;
+}
+
+inline std::vector<int64_t> with_last_dim(const at::Tensor& t, int64_t last) { return with_last_dim(t.sizes(), last); }
+
+// SPEC 4: "linear" or "swizzled" (the 128x4 atom of torch._scaled_mm).
+inline bool parse_scale_layout(const std::string& scale_layout) {
+  TORCH_CHECK(scale_layout == "linear" || scale_layout == "swizzled",
+              "scale_layout: expected \"linear\" or \"swizzled\", got \"", scale_layout, "\"");
+  return scale_layout == "swizzled";
+}
+
+// Rows of each scale matrix of a tensor [..., rows, K]: a 1-D tensor is one row.
+inline int64_t matrix_rows(at::IntArrayRef logical) { return logical.size() >= 2 ? logical[logical.size() - 2] : 1; }
+
+// The shape of the scales of a tensor of logical shape [..., rows, K] with `cols` = K / block:
+// linear [..., rows, cols]; swizzled [..., ceil(rows/128)*128, ceil(cols/4)*4] (one padded
+// matrix per leading batch index; a 1-D tensor's is [128, ceil(cols/4)*4]).
+inline std::vector<int64_t> scale_shape(at::IntArrayRef logical, int64_t cols, bool swizzled) {
+  if (!swizzled) return with_last_dim(logical, cols);
+  std::vector<int64_t> shape(logical.begin(), logical.end() - (logical.size() >= 2 ? 2 : 1));
+  shape.push_back((matrix_rows(logical) + 127) / 128 * 128);
+  shape.push_back((cols + 3) / 4 * 4);
+  return shape;
+}
+
+// Calls fn(scale_index) with the LinearScales or SwizzledScales of a tensor of logical shape
+// [..., rows, K] with `cols` = K / block scale columns: kernels are instantiated for both.
+template <typename Fn>
+void with_scale_index(bool swizzled, at::IntArrayRef logical, int64_t cols, Fn&& fn) {
+  if (swizzled) {
+    fn(SwizzledScales::make(matrix_rows(logical), cols));
+  } else {
+    fn(LinearScales{});
+  }
+}
+
+// swizzle_scales / unswizzle_scales take scale codes of either format (not raw uint8, SPEC 4).
+inline void check_scale_codes(const at::Tensor& scales, const char* name, int64_t min_dim) {
+  TORCH_CHECK(scales.scalar_type() == at::kFloat8_e4m3fn || scales.scalar_type() == at::kFloat8_e8m0fnu, name,
+              ": expected float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4) scales, got ", scales.scalar_type());
+  TORCH_CHECK(scales.dim() >= min_dim, name, ": expected at least ", int_str(min_dim), " dimension(s), got ",
+              int_str(scales.dim()));
+}
+
+// unswizzle_scales(scales, rows, cols): scales are [..., ceil(rows/128)*128, ceil(cols/4)*4];
+// returns the linear shape [..., rows, cols].
+inline std::vector<int64_t> check_unswizzle_args(const at::Tensor& scales, int64_t rows, int64_t cols) {
+  check_scale_codes(scales, "scales", 2);
+  TORCH_CHECK(rows >= 0, "rows: expected a value >= 0, got ", int_str(rows));
+  TORCH_CHECK(cols >= 0, "cols: expected a value >= 0, got ", int_str(cols));
+  std::vector<int64_t> linear(scales.sizes().begin(), scales.sizes().end() - 2);
+  linear.push_back(rows);
+  linear.push_back(cols);
+  const auto expected = scale_shape(linear, cols, true);
+  TORCH_CHECK(scales.sizes().vec() == expected, "scales: expected the swizzled shape ", shape_str(expected),
+              " for rows = ", int_str(rows), ", cols = ", int_str(cols), ", got ", shape_str(scales.sizes()));
+  return linear;
+}
+
+// scales must be [..., K / block] of `dtype` for data [..., K / 2] (or the swizzled shape), on
+// the same device.
+inline void check_scales(const at::Tensor& scales, const at::Tensor& data, at::ScalarType dtype, int64_t block,
+                         bool swizzled = false) {
   TORCH_CHECK(scales.scalar_type() == dtype, "scales: expected ", dtype, ", got ", scales.scalar_type());
   check_same_device(scales, "scales", data, "data");
   const int64_t k = data.size(-1) * 2;
   TORCH_CHECK(k % block == 0, "data: expected the last dimension to be a multiple of ", int_str(block / 2),
               " bytes (K a multiple of ", int_str(block), "), got ", int_str(data.size(-1)));
-  auto expected = data.sizes().vec();
-  expected.back() = k / block;
-  TORCH_CHECK(scales.sizes().vec() == expected, "scales: expected shape ", shape_str(expected),
-              " for data of shape ", shape_str(data.sizes()), ", got ", shape_str(scales.sizes()));
+  const auto expected = scale_shape(with_last_dim(data, k), k / block, swizzled);
+  TORCH_CHECK(scales.sizes().vec() == expected, "scales: expected shape ", shape_str(expected), " (",
+              swizzled ? "swizzled" : "linear", " layout) for data of shape ", shape_str(data.sizes()), ", got ",
+              shape_str(scales.sizes()));
 }
 
 inline void check_global_scale(const at::Tensor& global_scale, const at::Tensor& ref, const char* ref_name) {
@@ -75,9 +140,9 @@ inline void check_global_scale(const at::Tensor& global_scale, const at::Tensor&
 
 // The arguments of dequantize_nvfp4 / dequantize_mxfp4 (global_scale only for NVFP4).
 inline void check_dequantize_args(const at::Tensor& data, const at::Tensor& scales, at::ScalarType scale_dtype,
-                                  int64_t block, at::ScalarType dtype) {
+                                  int64_t block, at::ScalarType dtype, bool swizzled) {
   check_packed(data, "data");
-  check_scales(scales, data, scale_dtype, block);
+  check_scales(scales, data, scale_dtype, block, swizzled);
   check_out_dtype(dtype);
 }
 
@@ -126,22 +191,21 @@ inline void check_gemv_out_dtype(at::ScalarType dtype) {
               "out_dtype: expected float16, bfloat16 or float32, got ", dtype);
 }
 
-inline std::vector<int64_t> with_last_dim(const at::Tensor& t, int64_t last) {
-  auto sizes = t.sizes().vec();
-  sizes.back() = last;
-  return sizes;
-}
-
 // Outputs of a quantize: data uint8 [..., K/2], scales [..., K/block] of scale_dtype.
 struct QuantizedOutputs {
   at::Tensor data;
   at::Tensor scales;
 };
 
-inline QuantizedOutputs allocate_quantized(const at::Tensor& x, int64_t block, at::ScalarType scale_dtype) {
+// Swizzled scales start zeroed: the kernels write only real scales, and SPEC 4 wants every
+// padding byte 0 (stale padding is a real bug class elsewhere).
+inline QuantizedOutputs allocate_quantized(const at::Tensor& x, int64_t block, at::ScalarType scale_dtype,
+                                           bool swizzled) {
   const int64_t k = x.size(-1);
+  const auto shape = scale_shape(x.sizes(), k / block, swizzled);
+  const auto scale_options = x.options().dtype(scale_dtype);
   return {at::empty(with_last_dim(x, k / 2), x.options().dtype(at::kByte)),
-          at::empty(with_last_dim(x, k / block), x.options().dtype(scale_dtype))};
+          swizzled ? at::zeros(shape, scale_options) : at::empty(shape, scale_options)};
 }
 
 inline Mxfp4ScaleRule parse_scale_rule(const std::string& scale_rule) {

@@ -13,11 +13,16 @@ float finite_amax(const at::Tensor& x);
 
 at::Tensor amax(const at::Tensor& x);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& x,
-                                                              const std::optional<at::Tensor>& global_scale);
-std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std::string& scale_rule);
+                                                              const std::optional<at::Tensor>& global_scale,
+                                                              const std::string& scale_layout);
+std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std::string& scale_rule,
+                                                  const std::string& scale_layout);
 at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, const at::Tensor& global_scale,
-                            at::ScalarType dtype);
-at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype);
+                            at::ScalarType dtype, const std::string& scale_layout);
+at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype,
+                            const std::string& scale_layout);
+at::Tensor swizzle_scales(const at::Tensor& scales);
+at::Tensor unswizzle_scales(const at::Tensor& scales, int64_t rows, int64_t cols);
 at::Tensor cast_to_e2m1(const at::Tensor& x);
 at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype);
 at::Tensor gemv_fp4_dense(const at::Tensor& a_data, const at::Tensor& a_scales,

@@ -16,7 +16,7 @@ constexpr int kThreads = 256;
 
 template <class Source>
 at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, const Source& source,
-                             at::ScalarType dtype) {
+                             at::ScalarType dtype, bool swizzled) {
   const at::Tensor packed = data.contiguous();
   const at::Tensor codes = scales.contiguous();
   at::Tensor out = at::empty(with_last_dim(data, data.size(-1) * 2), data.options().dtype(dtype));
@@ -29,11 +29,14 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
     using T = typename decltype(tag)::type;
     T* values = static_cast<T*>(out.mutable_data_ptr());
     const unsigned grid = grid_for(num_units, kThreads);
-    if (is_aligned(in, 16 / sizeof(T) / 2)) {
-      dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, values);
-    } else {
-      dequantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, values);
-    }
+    with_scale_index(swizzled, out.sizes(), out.size(-1) / Source::Format::kBlock, [&](auto scale_index) {
+      using Index = decltype(scale_index);
+      if (is_aligned(in, 16 / sizeof(T) / 2)) {
+        dequantize_kernel<T, true, Source, Index><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, scale_index, values);
+      } else {
+        dequantize_kernel<T, false, Source, Index><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, scale_index, values);
+      }
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -42,18 +45,21 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
 }  // namespace
 
 at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, const at::Tensor& global_scale,
-                            at::ScalarType dtype) {
-  check_dequantize_args(data, scales, at::kFloat8_e4m3fn, kNvfp4Block, dtype);
+                            at::ScalarType dtype, const std::string& scale_layout) {
+  const bool swizzled = parse_scale_layout(scale_layout);
+  check_dequantize_args(data, scales, at::kFloat8_e4m3fn, kNvfp4Block, dtype, swizzled);
   check_global_scale(global_scale, data, "data");
   const c10::cuda::CUDAGuard guard(data.device());
   const at::Tensor g = global_scale.reshape({}).contiguous();
-  return launch_dequantize(data, scales, Nvfp4Source{g.const_data_ptr<float>(), false, nullptr}, dtype);
+  return launch_dequantize(data, scales, Nvfp4Source{g.const_data_ptr<float>(), false, nullptr}, dtype, swizzled);
 }
 
-at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype) {
-  check_dequantize_args(data, scales, at::kFloat8_e8m0fnu, kMxfp4Block, dtype);
+at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype,
+                            const std::string& scale_layout) {
+  const bool swizzled = parse_scale_layout(scale_layout);
+  check_dequantize_args(data, scales, at::kFloat8_e8m0fnu, kMxfp4Block, dtype, swizzled);
   const c10::cuda::CUDAGuard guard(data.device());
-  return launch_dequantize(data, scales, Mxfp4Source{Mxfp4ScaleRule::kFloor}, dtype);
+  return launch_dequantize(data, scales, Mxfp4Source{Mxfp4ScaleRule::kFloor}, dtype, swizzled);
 }
 
 }  // namespace fp4ops::cuda

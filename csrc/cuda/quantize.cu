@@ -40,26 +40,32 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
 
 // K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16
 // (16 elements) or fp32 (8 elements); 32 fp32 elements also fill whole MXFP4 blocks.
+// Scales go where `swizzled` says (SPEC 4); swizzled outputs were allocated zeroed.
 template <class Source>
-void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOutputs& out, cudaStream_t stream) {
+void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOutputs& out, bool swizzled,
+                     cudaStream_t stream) {
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
+  const int64_t cols = input.size(-1) / Source::Format::kBlock;
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
     const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
     const unsigned grid = grid_for(num_chunks, kThreads);  // >= 1: block 0 also publishes g
-    if (is_aligned(x, 16)) {
-      quantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales);
-    } else {
-      quantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales);
-    }
+    with_scale_index(swizzled, input.sizes(), cols, [&](auto scale_index) {
+      using Index = decltype(scale_index);
+      if (is_aligned(x, 16)) {
+        quantize_kernel<T, true, Source, Index><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
+      } else {
+        quantize_kernel<T, false, Source, Index><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
+      }
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out,
-                                        cudaStream_t stream) {
+                                        bool swizzled, cudaStream_t stream) {
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
   float* g = scale_out.mutable_data_ptr<float>();
@@ -67,11 +73,14 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
     const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
-    if (is_aligned(x, 16)) {
-      quantize_nvfp4_single_block_kernel<T, true><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales);
-    } else {
-      quantize_nvfp4_single_block_kernel<T, false><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales);
-    }
+    with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
+      using Index = decltype(scale_index);
+      if (is_aligned(x, 16)) {
+        quantize_nvfp4_single_block_kernel<T, true, Index><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales, scale_index);
+      } else {
+        quantize_nvfp4_single_block_kernel<T, false, Index><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales, scale_index);
+      }
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -88,37 +97,41 @@ at::Tensor amax(const at::Tensor& x) {
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& x,
-                                                              const std::optional<at::Tensor>& global_scale) {
+                                                              const std::optional<at::Tensor>& global_scale,
+                                                              const std::string& scale_layout) {
   check_float_input(x, "x");
   check_last_dim_multiple(x, "x", kNvfp4Block);
+  const bool swizzled = parse_scale_layout(scale_layout);
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor input = x.contiguous();
-  QuantizedOutputs out = allocate_quantized(x, kNvfp4Block, at::kFloat8_e4m3fn);
+  QuantizedOutputs out = allocate_quantized(x, kNvfp4Block, at::kFloat8_e4m3fn, swizzled);
   at::Tensor g = at::empty({}, x.options().dtype(at::kFloat));
   if (global_scale.has_value()) {
     check_global_scale(*global_scale, x, "x");
     const at::Tensor given = global_scale->reshape({}).contiguous();
-    launch_quantize(input, Nvfp4Source{given.const_data_ptr<float>(), false, g.mutable_data_ptr<float>()}, out, stream);
+    launch_quantize(input, Nvfp4Source{given.const_data_ptr<float>(), false, g.mutable_data_ptr<float>()}, out, swizzled, stream);
   } else if (input.numel() <= kSingleBlockMaxNumel) {
-    launch_quantize_nvfp4_single_block(input, g, out, stream);
+    launch_quantize_nvfp4_single_block(input, g, out, swizzled, stream);
   } else {
     at::Tensor amax_value = at::empty({}, x.options().dtype(at::kFloat));
     launch_amax(input, amax_value, stream);
     launch_quantize(input, Nvfp4Source{amax_value.const_data_ptr<float>(), true, g.mutable_data_ptr<float>()}, out,
-                    stream);
+                    swizzled, stream);
   }
   return {out.data, out.scales, g};
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std::string& scale_rule) {
+std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std::string& scale_rule,
+                                                  const std::string& scale_layout) {
   check_float_input(x, "x");
   check_last_dim_multiple(x, "x", kMxfp4Block);
   const Mxfp4ScaleRule rule = parse_scale_rule(scale_rule);
+  const bool swizzled = parse_scale_layout(scale_layout);
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor input = x.contiguous();
-  QuantizedOutputs out = allocate_quantized(x, kMxfp4Block, at::kFloat8_e8m0fnu);
-  if (input.numel() > 0) launch_quantize(input, Mxfp4Source{rule}, out, at::cuda::getCurrentCUDAStream());
+  QuantizedOutputs out = allocate_quantized(x, kMxfp4Block, at::kFloat8_e8m0fnu, swizzled);
+  if (input.numel() > 0) launch_quantize(input, Mxfp4Source{rule}, out, swizzled, at::cuda::getCurrentCUDAStream());
   return {out.data, out.scales};
 }
 

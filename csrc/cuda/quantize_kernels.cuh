@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "../common/block_formats.h"
+#include "../common/scale_layout.h"
 #include "amax_kernels.cuh"
 #include "element_types.cuh"
 
@@ -46,12 +47,13 @@ struct Mxfp4Source {
 // Quantize chunks [0, num_chunks) from this thread's grid-stride share. The loop runs warp-
 // uniformly so every lane takes part in the shuffles; lanes past the end carry zeros and store
 // nothing. Requires blockDim.x and the stride to be multiples of 32.
-template <typename T, bool kAligned, class Format>
+template <typename T, bool kAligned, class Format, class ScaleIndex>
 __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [num_chunks * kN]
                                                 int64_t num_chunks, int64_t first, int64_t stride,
                                                 const Format& format,
                                                 uint8_t* __restrict__ data,    // [num_chunks * kN / 2]
-                                                uint8_t* __restrict__ scales)  // [num_chunks * kN / kBlock]
+                                                uint8_t* __restrict__ scales,  // block b at scale_index.offset(b)
+                                                const ScaleIndex& scale_index)
 {
   constexpr int kN = kElemsPer32Bytes<T>;
   constexpr int kLanesPerBlock = Format::kBlock / kN;
@@ -76,44 +78,44 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
     }
     if (active) {
       __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
-      if (c % kLanesPerBlock == 0) scales[c / kLanesPerBlock] = static_cast<uint8_t>(enc.scale_code);
+      if (c % kLanesPerBlock == 0) scales[scale_index.offset(c / kLanesPerBlock)] = static_cast<uint8_t>(enc.scale_code);
     }
   }
 }
 
-template <typename T, bool kAligned, class Source>
+template <typename T, bool kAligned, class Source, class ScaleIndex>
 __global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Source source,
-                                uint8_t* __restrict__ data, uint8_t* __restrict__ scales) {
+                                uint8_t* __restrict__ data, uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   const typename Source::Format format = source.make();
   source.publish(format);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   quantize_chunks<T, kAligned>(x, num_chunks, first, static_cast<int64_t>(gridDim.x) * blockDim.x, format, data,
-                               scales);
+                               scales, scale_index);
 }
 
 // Dynamic NVFP4 for small tensors in one launch: one thread block reduces the amax, derives g
 // and quantizes (the second read hits L1/L2). Launch with exactly one block.
-template <typename T, bool kAligned>
+template <typename T, bool kAligned, class ScaleIndex>
 __global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int64_t num_chunks,
                                                    float* __restrict__ scale_out, uint8_t* __restrict__ data,
-                                                   uint8_t* __restrict__ scales) {
+                                                   uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   __shared__ uint32_t scratch[32];
   const int64_t numel = num_chunks * kElemsPer32Bytes<T>;
   const uint32_t amax_bits =
       block_reduce_max(thread_finite_max_bits<T, kAligned>(x, numel, threadIdx.x, blockDim.x), scratch);
   const Nvfp4Format format{nvfp4_global_scale_from_amax(__uint_as_float(amax_bits))};
   if (threadIdx.x == 0) *scale_out = format.global_scale;
-  quantize_chunks<T, kAligned>(x, num_chunks, threadIdx.x, blockDim.x, format, data, scales);
+  quantize_chunks<T, kAligned>(x, num_chunks, threadIdx.x, blockDim.x, format, data, scales, scale_index);
 }
 
 // out = E2M1(code) * decoded block scale, one rounding to OutT. Each step of a thread writes one
 // 16-byte vector, so a warp's stores are contiguous: 8 outputs from 4 code bytes for bf16/fp16,
 // 4 outputs from 2 code bytes for fp32. kAligned: the code bytes can be read as one word (out
 // is freshly allocated, hence 16-byte aligned).
-template <typename OutT, bool kAligned, class Source>
+template <typename OutT, bool kAligned, class Source, class ScaleIndex>
 __global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_units * kPerUnit / 2]
-                                  const uint8_t* __restrict__ scales,  // [num_units * kPerUnit / kBlock]
-                                  int64_t num_units, Source source, OutT* __restrict__ out) {
+                                  const uint8_t* __restrict__ scales,  // block b at scale_index.offset(b)
+                                  int64_t num_units, Source source, ScaleIndex scale_index, OutT* __restrict__ out) {
   constexpr int kPerUnit = 16 / sizeof(OutT);  // outputs per 16-byte store
   constexpr int kBytes = kPerUnit / 2;         // code bytes per store
   using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
@@ -127,7 +129,7 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_u
 #pragma unroll
       for (int b = 0; b < kBytes; ++b) word |= static_cast<uint32_t>(data[u * kBytes + b]) << (8 * b);
     }
-    const float factor = format.decode_scale(scales[u * kPerUnit / Source::Format::kBlock]);
+    const float factor = format.decode_scale(scales[scale_index.offset(u * kPerUnit / Source::Format::kBlock)]);
     alignas(16) OutT y[kPerUnit];
 #pragma unroll
     for (int b = 0; b < kBytes; ++b) {

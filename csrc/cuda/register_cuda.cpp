@@ -8,6 +8,8 @@ TORCH_LIBRARY_IMPL(fp4ops, CUDA, m) {
   m.impl("quantize_mxfp4", &fp4ops::cuda::quantize_mxfp4);
   m.impl("dequantize_nvfp4", &fp4ops::cuda::dequantize_nvfp4);
   m.impl("dequantize_mxfp4", &fp4ops::cuda::dequantize_mxfp4);
+  m.impl("swizzle_scales", &fp4ops::cuda::swizzle_scales);
+  m.impl("unswizzle_scales", &fp4ops::cuda::unswizzle_scales);
   m.impl("cast_to_e2m1", &fp4ops::cuda::cast_to_e2m1);
   m.impl("cast_from_e2m1", &fp4ops::cuda::cast_from_e2m1);
   m.impl("gemv_fp4_dense", &fp4ops::cuda::gemv_fp4_dense);

@@ -17,6 +17,8 @@ from .ops import (  # noqa: E402
     dequantize,
     quantize_mxfp4,
     quantize_nvfp4,
+    swizzle_scales,
+    unswizzle_scales,
 )
 from .gemv import gemv  # noqa: E402
 from .tensor import MXFP4Tensor, NVFP4Tensor  # noqa: E402
@@ -34,5 +36,7 @@ __all__ = [
     "quantize_mxfp4",
     "quantize_nvfp4",
     "reference",
+    "swizzle_scales",
+    "unswizzle_scales",
 ]
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, packed_shape, scale_shape, unpacked_shape
+from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, packed_shape, scale_shape, swizzled_shape, unpacked_shape
 
 
 @torch.library.register_fake("fp4ops::amax")
@@ -13,30 +13,40 @@ def _amax_fake(x):
 
 
 @torch.library.register_fake("fp4ops::quantize_nvfp4")
-def _quantize_nvfp4_fake(x, global_scale):
+def _quantize_nvfp4_fake(x, global_scale, scale_layout="linear"):
     return (
         x.new_empty(packed_shape(x.shape), dtype=torch.uint8),
-        x.new_empty(scale_shape(x.shape, NVFP4_BLOCK), dtype=torch.float8_e4m3fn),
+        x.new_empty(scale_shape(x.shape, NVFP4_BLOCK, scale_layout), dtype=torch.float8_e4m3fn),
         x.new_empty((), dtype=torch.float32),
     )
 
 
 @torch.library.register_fake("fp4ops::quantize_mxfp4")
-def _quantize_mxfp4_fake(x, scale_rule):
+def _quantize_mxfp4_fake(x, scale_rule, scale_layout="linear"):
     return (
         x.new_empty(packed_shape(x.shape), dtype=torch.uint8),
-        x.new_empty(scale_shape(x.shape, MXFP4_BLOCK), dtype=torch.float8_e8m0fnu),
+        x.new_empty(scale_shape(x.shape, MXFP4_BLOCK, scale_layout), dtype=torch.float8_e8m0fnu),
     )
 
 
 @torch.library.register_fake("fp4ops::dequantize_nvfp4")
-def _dequantize_nvfp4_fake(data, scales, global_scale, dtype):
+def _dequantize_nvfp4_fake(data, scales, global_scale, dtype, scale_layout="linear"):
     return data.new_empty(unpacked_shape(data.shape), dtype=dtype)
 
 
 @torch.library.register_fake("fp4ops::dequantize_mxfp4")
-def _dequantize_mxfp4_fake(data, scales, dtype):
+def _dequantize_mxfp4_fake(data, scales, dtype, scale_layout="linear"):
     return data.new_empty(unpacked_shape(data.shape), dtype=dtype)
+
+
+@torch.library.register_fake("fp4ops::swizzle_scales")
+def _swizzle_scales_fake(scales):
+    return scales.new_empty(swizzled_shape(scales.shape, scales.shape[-1]))
+
+
+@torch.library.register_fake("fp4ops::unswizzle_scales")
+def _unswizzle_scales_fake(scales, rows, cols):
+    return scales.new_empty((*scales.shape[:-2], rows, cols))
 
 
 @torch.library.register_fake("fp4ops::cast_to_e2m1")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, scale_shape, unpacked_shape
+from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, scale_shape, swizzled_shape, unpacked_shape
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SCALE_RULES = ("floor", "rceil")
-SCALE_LAYOUTS = ("linear",)
+SCALE_LAYOUTS = ("linear", "swizzled")
 _FLT_MAX = torch.finfo(torch.float32).max
 _FLT_HALF_MIN_SUBNORMAL = 2.0**-150  # anything above rounds to a non-zero fp32
 
@@ -50,10 +50,8 @@ def _check_out_dtype(dtype) -> None:
 
 
 def _check_scale_layout(scale_layout) -> None:
-    if scale_layout == "swizzled":
-        raise NotImplementedError("scale_layout: 'swizzled' is not available yet; use 'linear'")
     if scale_layout not in SCALE_LAYOUTS:
-        raise ValueError(f"scale_layout: expected 'linear', got {scale_layout!r}")
+        raise ValueError(f"scale_layout: expected 'linear' or 'swizzled', got {scale_layout!r}")
 
 
 def _global_scale_tensor(global_scale, x: torch.Tensor):
@@ -107,6 +105,8 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
     Transformer Engine does for sequence-parallel tensors). Needs global_scale=None.
     Note: vLLM/FlashInfer/TensorRT-LLM call 2688 / amax (= 1 / g) their "global scale".
     Quantization is not differentiable: x may require grad (a weight, say); nothing returned does.
+    scale_layout "swizzled" writes the scales straight into SPEC 4's 128x4-atom layout (the one
+    torch._scaled_mm takes), [..., ceil(rows/128)*128, ceil(K/64)*4] with zero padding.
     """
     _check_float_input(x)
     _check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
@@ -115,7 +115,7 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
         if global_scale is not None:
             raise ValueError("amax_group: give either amax_group or global_scale, not both")
         global_scale = _group_global_scale(x, amax_group)
-    data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), _global_scale_tensor(global_scale, x))
+    data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), _global_scale_tensor(global_scale, x), scale_layout)
     return NVFP4Tensor(data, scales, g.detach(), scale_layout)
 
 
@@ -126,7 +126,7 @@ def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: 
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
     _check_scale_layout(scale_layout)
-    data, scales = torch.ops.fp4ops.quantize_mxfp4(x.detach(), scale_rule)
+    data, scales = torch.ops.fp4ops.quantize_mxfp4(x.detach(), scale_rule, scale_layout)
     return MXFP4Tensor(data, scales, scale_layout)
 
 
@@ -140,11 +140,12 @@ def _check_quantized(q, block: int, scale_dtype: torch.dtype) -> None:
         raise TypeError(f"scales: expected {scale_dtype}, got {q.scales.dtype}")
     logical = unpacked_shape(q.data.shape)
     _check_last_dim_multiple(q.data, block // 2, f"K a multiple of {block}", name="data")
-    if tuple(q.scales.shape) != scale_shape(logical, block):
-        raise ValueError(f"scales: expected shape {scale_shape(logical, block)} for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
+    _check_scale_layout(q.scale_layout)
+    expected = scale_shape(logical, block, q.scale_layout)
+    if tuple(q.scales.shape) != expected:
+        raise ValueError(f"scales: expected shape {expected} ({q.scale_layout} layout) for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
     if q.scales.device != q.data.device:
         raise ValueError(f"scales: expected a tensor on {q.data.device} (the device of data), got {q.scales.device}")
-    _check_scale_layout(q.scale_layout)
 
 
 def dequantize(q, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -155,11 +156,45 @@ def dequantize(q, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         g = _global_scale_tensor(q.global_scale, q.data)
         if g is None:
             raise TypeError("global_scale: expected a float32 tensor, got None")
-        return torch.ops.fp4ops.dequantize_nvfp4(q.data, q.scales, g, dtype)
+        return torch.ops.fp4ops.dequantize_nvfp4(q.data, q.scales, g, dtype, q.scale_layout)
     if isinstance(q, MXFP4Tensor):
         _check_quantized(q, MXFP4_BLOCK, torch.float8_e8m0fnu)
-        return torch.ops.fp4ops.dequantize_mxfp4(q.data, q.scales, dtype)
+        return torch.ops.fp4ops.dequantize_mxfp4(q.data, q.scales, dtype, q.scale_layout)
     raise TypeError(f"q: expected an NVFP4Tensor or MXFP4Tensor, got {type(q).__name__}")
+
+
+SCALE_DTYPES = (torch.float8_e4m3fn, torch.float8_e8m0fnu)
+
+
+def _check_scale_codes(scales, min_dim: int) -> None:
+    _check_tensor(scales, "scales")
+    if scales.dtype not in SCALE_DTYPES:
+        raise TypeError(f"scales: expected float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4) scales, got {scales.dtype}")
+    if scales.dim() < min_dim:
+        raise ValueError(f"scales: expected at least {min_dim} dimension(s), got {scales.dim()}")
+
+
+def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
+    """Linear scale codes [..., rows, cols] (or [cols]) -> SPEC 4's 128x4-atom layout, the one
+    torch._scaled_mm and cuBLAS take: [..., ceil(rows/128)*128, ceil(cols/4)*4], one matrix per
+    leading index, padding bytes 0."""
+    _check_scale_codes(scales, 1)
+    return torch.ops.fp4ops.swizzle_scales(scales)
+
+
+def unswizzle_scales(scales: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """The inverse of swizzle_scales: swizzled [..., ceil(rows/128)*128, ceil(cols/4)*4] ->
+    linear [..., rows, cols] (padding dropped)."""
+    _check_scale_codes(scales, 2)
+    for name, value in (("rows", rows), ("cols", cols)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name}: expected a value >= 0, got {value}")
+    expected = swizzled_shape((*scales.shape[:-2], rows, cols), cols)
+    if tuple(scales.shape) != expected:
+        raise ValueError(f"scales: expected the swizzled shape {expected} for rows = {rows}, cols = {cols}, got {tuple(scales.shape)}")
+    return torch.ops.fp4ops.unswizzle_scales(scales, rows, cols)
 
 
 def cast_to_e2m1(x: torch.Tensor) -> torch.Tensor:

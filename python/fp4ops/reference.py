@@ -212,18 +212,38 @@ def gemv_error_bound(a, b, out_dtype: torch.dtype) -> torch.Tensor:
     return 2.0**-10 * magnitude + half_ulp
 
 
-def swizzle_scales_128x4(scales: torch.Tensor) -> torch.Tensor:
-    """[rows, cols] scale bytes -> the cuBLAS/tcgen05 128x4 block-scale layout of SPEC 4, flat:
-    rows padded to 128, columns to 4, padding bytes zero; byte (i, j) lands at
+def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
+    """SPEC 4 in tensor operations: scale codes [..., rows, cols] (or [cols], one row) -> the
+    cuBLAS/tcgen05 128x4 block-scale layout, [..., ceil(rows/128)*128, ceil(cols/4)*4] per leading
+    index, padding bytes zero; byte (i, j) of a matrix lands at
     ((i // 128) * ceil(cols / 4) + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4."""
-    rows, cols = scales.shape
-    raw = scales.view(torch.uint8)
+    matrices = scales.view(torch.uint8)
+    if matrices.dim() == 1:
+        matrices = matrices.unsqueeze(0)
+    *lead, rows, cols = matrices.shape
     padded_rows, padded_cols = -(-rows // 128) * 128, -(-cols // 4) * 4
-    padded = torch.zeros(padded_rows, padded_cols, dtype=torch.uint8, device=scales.device)
-    padded[:rows, :cols] = raw
-    # [row tiles, 4 (i % 128 // 32), 32 (i % 32), col tiles, 4 (j % 4)] -> [row tiles, col tiles, 32, 4, 4]
-    tiles = padded.reshape(padded_rows // 128, 4, 32, padded_cols // 4, 4).permute(0, 3, 2, 1, 4)
-    return tiles.reshape(-1).view(scales.dtype)
+    padded = torch.zeros(*lead, padded_rows, padded_cols, dtype=torch.uint8, device=scales.device)
+    padded[..., :rows, :cols] = matrices
+    # [row atoms, 4 ((i % 128) // 32), 32 (i % 32), col atoms, 4 (j % 4)]
+    #   -> [row atoms, col atoms, 32, 4, 4], i.e. 512-byte atoms in row-major atom order.
+    n = len(lead)
+    atoms = padded.reshape(*lead, padded_rows // 128, 4, 32, padded_cols // 4, 4)
+    atoms = atoms.permute(*range(n), n, n + 3, n + 2, n + 1, n + 4)
+    return atoms.reshape(*lead, padded_rows, padded_cols).view(scales.dtype)
+
+
+def unswizzle_scales(scales: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """The inverse of swizzle_scales: [..., padded rows, padded cols] -> [..., rows, cols]."""
+    *lead, padded_rows, padded_cols = scales.shape
+    n = len(lead)
+    atoms = scales.view(torch.uint8).reshape(*lead, padded_rows // 128, padded_cols // 4, 32, 4, 4)
+    atoms = atoms.permute(*range(n), n, n + 3, n + 2, n + 1, n + 4)
+    return atoms.reshape(*lead, padded_rows, padded_cols)[..., :rows, :cols].contiguous().view(scales.dtype)
+
+
+def swizzle_scales_128x4(scales: torch.Tensor) -> torch.Tensor:
+    """[rows, cols] scale codes swizzled (swizzle_scales) and flattened, as torch._scaled_mm takes them."""
+    return swizzle_scales(scales).reshape(-1)
 
 
 def scaled_mm_gemv(a, b, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from ._shapes import unpacked_shape
+from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, matrix_rows, scale_shape, unpacked_shape
 
 
 class _PackedE2M1:
@@ -14,6 +16,7 @@ class _PackedE2M1:
 
     data: torch.Tensor
     scale_layout: str
+    block: ClassVar[int]  # elements per block scale
 
     @property
     def shape(self) -> torch.Size:
@@ -34,6 +37,22 @@ class _PackedE2M1:
 
         return dequantize(self, dtype)
 
+    def with_scale_layout(self, scale_layout: str):
+        """The same tensor with its scales in `scale_layout` ("linear" or "swizzled", SPEC 4);
+        self when they already are. Data (and the global scale) are shared, not copied."""
+        from .ops import _check_scale_layout, swizzle_scales, unswizzle_scales
+
+        _check_scale_layout(scale_layout)
+        if scale_layout == self.scale_layout:
+            return self
+        if scale_layout == "swizzled":
+            scales = swizzle_scales(self.scales)
+        else:
+            shape = self.shape
+            linear = unswizzle_scales(self.scales, matrix_rows(shape), shape[-1] // self.block)
+            scales = linear.reshape(scale_shape(shape, self.block))  # a 1-D tensor's [1, cols] -> [cols]
+        return dataclasses.replace(self, scales=scales, scale_layout=scale_layout)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(shape={tuple(self.shape)}, device={self.device}, scale_layout={self.scale_layout!r})"
 
@@ -48,9 +67,10 @@ class NVFP4Tensor(_PackedE2M1):
     """
 
     data: torch.Tensor  # uint8 [..., K/2]
-    scales: torch.Tensor  # float8_e4m3fn [..., K/16]
+    scales: torch.Tensor  # float8_e4m3fn [..., K/16], or swizzled (SPEC 4)
     global_scale: torch.Tensor  # float32, 0-dim, on data's device
     scale_layout: str = "linear"
+    block: ClassVar[int] = NVFP4_BLOCK
 
 
 @dataclass(frozen=True, repr=False)
@@ -58,5 +78,6 @@ class MXFP4Tensor(_PackedE2M1):
     """MXFP4 (SPEC 3, OCP MX v1.0): E2M1 elements, one float8_e8m0fnu scale per 32."""
 
     data: torch.Tensor  # uint8 [..., K/2]
-    scales: torch.Tensor  # float8_e8m0fnu [..., K/32]
+    scales: torch.Tensor  # float8_e8m0fnu [..., K/32], or swizzled (SPEC 4)
     scale_layout: str = "linear"
+    block: ClassVar[int] = MXFP4_BLOCK
