@@ -26,6 +26,14 @@ TORCH_LIBRARY(fp4ops, m) {
   m.def("dequantize_nvfp4(Tensor data, Tensor scales, Tensor global_scale, ScalarType dtype, "
         "str scale_layout=\"linear\") -> Tensor");
   m.def("dequantize_mxfp4(Tensor data, Tensor scales, ScalarType dtype, str scale_layout=\"linear\") -> Tensor");
+  // NVFP4 with the training-recipe options (docs/recipe.md): rowwise output (x, blocks along K)
+  // and/or columnwise output (x^T per matrix, [..., K, rows], blocks along the rows), 16x16 block
+  // scales, the 16-point Hadamard rotation (hadamard_signs: -1 none, else a 16-bit sign mask),
+  // stochastic rounding when seed is given. Returns (data, scales, global_scale) for each
+  // direction; a direction that is off gives empty data/scales. global_scale None derives each
+  // direction's g from the amax of what it quantizes (after the rotation).
+  m.def("quantize_nvfp4_recipe(Tensor x, Tensor? global_scale, str scale_layout, bool rowwise, bool columnwise, "
+        "bool block_2d, int hadamard_signs, int? seed, int offset) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // SPEC 4: scale codes [..., rows, cols] (or [cols]) <-> the 128x4-atom layout
   // [..., ceil(rows/128)*128, ceil(cols/4)*4], one matrix per leading index, padding zero.
   m.def("swizzle_scales(Tensor scales) -> Tensor");

@@ -17,6 +17,7 @@ def samples(device: str):
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         x = torch.randn(3, 64, device=device, dtype=dtype)
         batched = torch.randn(2, 3, 32, device=device, dtype=dtype)
+        tall = torch.randn(2, 16, 48, device=device, dtype=dtype)  # rows a multiple of 16: columnwise
         out += [
             ("amax", (x,)),
             ("quantize_nvfp4", (x, None)),
@@ -25,6 +26,9 @@ def samples(device: str):
             ("quantize_mxfp4", (batched, "rceil")),
             ("quantize_nvfp4", (batched, None, "swizzled")),
             ("quantize_mxfp4", (x, "floor", "swizzled")),
+            ("quantize_nvfp4_recipe", (tall, None, "linear", True, True, False, 0x1234, 99, 3)),
+            ("quantize_nvfp4_recipe", (batched, torch.tensor(0.5, device=device), "swizzled", True, False, True, -1, None, 0)),
+            ("quantize_nvfp4_recipe", (tall, None, "swizzled", False, True, False, -1, None, 0)),
             ("cast_to_e2m1", (x,)),
         ]
         data = torch.randint(0, 256, (3, 32), dtype=torch.uint8, device=device)

@@ -21,6 +21,9 @@ at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, co
                             at::ScalarType dtype, const std::string& scale_layout);
 at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype,
                             const std::string& scale_layout);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4_recipe(
+    const at::Tensor& x, const std::optional<at::Tensor>& global_scale, const std::string& scale_layout, bool rowwise,
+    bool columnwise, bool block_2d, int64_t hadamard_signs, const std::optional<int64_t>& seed, int64_t offset);
 at::Tensor swizzle_scales(const at::Tensor& scales);
 at::Tensor unswizzle_scales(const at::Tensor& scales, int64_t rows, int64_t cols);
 at::Tensor cast_to_e2m1(const at::Tensor& x);

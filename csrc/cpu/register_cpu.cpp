@@ -8,6 +8,7 @@ TORCH_LIBRARY_IMPL(fp4ops, CPU, m) {
   m.impl("quantize_mxfp4", &fp4ops::cpu::quantize_mxfp4);
   m.impl("dequantize_nvfp4", &fp4ops::cpu::dequantize_nvfp4);
   m.impl("dequantize_mxfp4", &fp4ops::cpu::dequantize_mxfp4);
+  m.impl("quantize_nvfp4_recipe", &fp4ops::cpu::quantize_nvfp4_recipe);
   m.impl("swizzle_scales", &fp4ops::cpu::swizzle_scales);
   m.impl("unswizzle_scales", &fp4ops::cpu::unswizzle_scales);
   m.impl("cast_to_e2m1", &fp4ops::cpu::cast_to_e2m1);

@@ -8,6 +8,7 @@ TORCH_LIBRARY_IMPL(fp4ops, CUDA, m) {
   m.impl("quantize_mxfp4", &fp4ops::cuda::quantize_mxfp4);
   m.impl("dequantize_nvfp4", &fp4ops::cuda::dequantize_nvfp4);
   m.impl("dequantize_mxfp4", &fp4ops::cuda::dequantize_mxfp4);
+  m.impl("quantize_nvfp4_recipe", &fp4ops::cuda::quantize_nvfp4_recipe);
   m.impl("swizzle_scales", &fp4ops::cuda::swizzle_scales);
   m.impl("unswizzle_scales", &fp4ops::cuda::unswizzle_scales);
   m.impl("cast_to_e2m1", &fp4ops::cuda::cast_to_e2m1);

@@ -17,6 +17,7 @@ from .ops import (  # noqa: E402
     dequantize,
     quantize_mxfp4,
     quantize_nvfp4,
+    quantize_nvfp4_rowwise_columnwise,
     swizzle_scales,
     unswizzle_scales,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "nn",
     "quantize_mxfp4",
     "quantize_nvfp4",
+    "quantize_nvfp4_rowwise_columnwise",
     "reference",
     "swizzle_scales",
     "unswizzle_scales",

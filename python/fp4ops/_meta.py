@@ -39,6 +39,19 @@ def _dequantize_mxfp4_fake(data, scales, dtype, scale_layout="linear"):
     return data.new_empty(unpacked_shape(data.shape), dtype=dtype)
 
 
+@torch.library.register_fake("fp4ops::quantize_nvfp4_recipe")
+def _quantize_nvfp4_recipe_fake(x, global_scale, scale_layout, rowwise, columnwise, block_2d, hadamard_signs, seed, offset):
+    def direction(shape, enabled):
+        if not enabled:
+            return x.new_empty((0,), dtype=torch.uint8), x.new_empty((0,), dtype=torch.float8_e4m3fn)
+        return (x.new_empty(packed_shape(shape), dtype=torch.uint8),
+                x.new_empty(scale_shape(shape, NVFP4_BLOCK, scale_layout), dtype=torch.float8_e4m3fn))
+
+    transposed = (*x.shape[:-2], x.shape[-1], x.shape[-2]) if x.dim() >= 2 else x.shape
+    g = x.new_empty((), dtype=torch.float32)
+    return (*direction(x.shape, rowwise), g, *direction(transposed, columnwise), x.new_empty((), dtype=torch.float32))
+
+
 @torch.library.register_fake("fp4ops::swizzle_scales")
 def _swizzle_scales_fake(scales):
     return scales.new_empty(swizzled_shape(scales.shape, scales.shape[-1]))

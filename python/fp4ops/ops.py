@@ -94,7 +94,9 @@ def _group_global_scale(x: torch.Tensor, group) -> torch.Tensor:
     return torch.where(g == 0, torch.ones_like(g), g)
 
 
-def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear", amax_group=None) -> NVFP4Tensor:
+def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear", amax_group=None,
+                   hadamard=False, block_2d: bool = False, stochastic_rounding: bool = False,
+                   seed: int | None = None, offset: int = 0) -> NVFP4Tensor:
     """NVFP4-quantize x [..., K] (K a multiple of 16) along its last dimension.
 
     global_scale is the *decode* scale g (x ~= e2m1 * e4m3_scale * g). None computes
@@ -107,6 +109,14 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
     Quantization is not differentiable: x may require grad (a weight, say); nothing returned does.
     scale_layout "swizzled" writes the scales straight into SPEC 4's 128x4-atom layout (the one
     torch._scaled_mm takes), [..., ceil(rows/128)*128, ceil(K/64)*4] with zero padding.
+
+    Training-recipe options (docs/recipe.md), fused into one kernel:
+    hadamard: True (Transformer Engine's sign vector), an int seed (random signs) or 16 signs:
+      quantize x' = x H (16-point Random Hadamard Transform per block; g from amax(x')).
+      `reference.inverse_rht` undoes it; rotating both GEMM operands leaves the product unchanged.
+    block_2d: one scale per 16x16 tile (weights), repeated on each of the tile's rows.
+    stochastic_rounding: E2M1 elements rounded stochastically, reproducible from (seed, offset)
+      (Philox4x32-10); seed None draws one from torch's default generator.
     """
     _check_float_input(x)
     _check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
@@ -114,9 +124,69 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
     if amax_group is not None:
         if global_scale is not None:
             raise ValueError("amax_group: give either amax_group or global_scale, not both")
+        if hadamard is not False:
+            raise ValueError("amax_group: the group amax is of x itself; it cannot be combined with hadamard")
         global_scale = _group_global_scale(x, amax_group)
-    data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), _global_scale_tensor(global_scale, x), scale_layout)
+    recipe = _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset)
+    g_in = _global_scale_tensor(global_scale, x)
+    if recipe is None:
+        data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), g_in, scale_layout)
+    else:
+        if block_2d and x.dim() < 2:
+            raise ValueError(f"x: 16x16 block scaling needs at least 2 dimensions, got shape {tuple(x.shape)}")
+        data, scales, g, *_ = torch.ops.fp4ops.quantize_nvfp4_recipe(x.detach(), g_in, scale_layout, True, False, *recipe)
     return NVFP4Tensor(data, scales, g.detach(), scale_layout)
+
+
+def quantize_nvfp4_rowwise_columnwise(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear",
+                                      hadamard=False, block_2d: bool = False, stochastic_rounding: bool = False,
+                                      seed: int | None = None, offset: int = 0) -> tuple[NVFP4Tensor, NVFP4Tensor]:
+    """Both NVFP4 copies a training step needs, from one read of x [..., rows, K] (rows a multiple
+    of 16): (x quantized along K, x^T [..., K, rows] quantized along the rows, stored transposed
+    as Transformer Engine does). Options as in quantize_nvfp4; with block_2d the two copies share
+    every tile scale, so they dequantize to exact transposes of each other. global_scale None
+    gives each copy the g of its own amax (they differ only with hadamard)."""
+    _check_float_input(x)
+    _check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
+    _check_scale_layout(scale_layout)
+    if x.dim() < 2 or x.shape[-2] % NVFP4_BLOCK != 0:
+        raise ValueError(f"x: the columnwise output needs rows (dimension -2) a multiple of 16, got shape {tuple(x.shape)}")
+    recipe = _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset) or (False, -1, None, 0)
+    outs = torch.ops.fp4ops.quantize_nvfp4_recipe(x.detach(), _global_scale_tensor(global_scale, x), scale_layout,
+                                                  True, True, *recipe)
+    return (NVFP4Tensor(outs[0], outs[1], outs[2].detach(), scale_layout),
+            NVFP4Tensor(outs[3], outs[4], outs[5].detach(), scale_layout))
+
+
+def _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset):
+    """(block_2d, hadamard_signs, seed, offset) for quantize_nvfp4_recipe, or None when every
+    option is off (the plain quantizer gives the same bits, faster)."""
+    from .reference import TE_RHT_SIGNS, hadamard_sign_mask, rht_signs
+
+    if hadamard is True:
+        signs = hadamard_sign_mask(TE_RHT_SIGNS)
+    elif hadamard is False or hadamard is None:
+        signs = -1
+    elif isinstance(hadamard, int):
+        signs = hadamard_sign_mask(rht_signs(hadamard).tolist())
+    else:
+        signs = hadamard_sign_mask(torch.as_tensor(hadamard).flatten().tolist())
+    if not isinstance(block_2d, bool):
+        raise TypeError(f"block_2d: expected a bool, got {type(block_2d).__name__}")
+    if block_2d and signs >= 0:
+        raise ValueError("block_2d: 16x16 block scaling and the Hadamard rotation cannot be combined (as in Transformer Engine)")
+    for name, value in (("offset", offset),) + ((("seed", seed),) if seed is not None else ()):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if not 0 <= value < 2**63:
+            raise ValueError(f"{name}: expected a value in [0, 2^63), got {value}")
+    if seed is not None and not stochastic_rounding:
+        raise ValueError("seed: given without stochastic_rounding=True")
+    if stochastic_rounding and seed is None:
+        seed = int(torch.randint(0, 2**62, ()).item())
+    if signs < 0 and not block_2d and not stochastic_rounding:
+        return None
+    return block_2d, signs, seed if stochastic_rounding else None, offset
 
 
 def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: str = "linear") -> MXFP4Tensor:

@@ -105,18 +105,25 @@ def quantize_nvfp4(x: torch.Tensor, global_scale: torch.Tensor | float | None = 
         g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
     blocks = _blocks(x, NVFP4_BLOCK)
     finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
-    g_valid = (g > 0) & torch.isfinite(g)
     block_max = torch.where(finite, blocks.abs(), 0.0).amax(dim=-1, keepdim=True)
+    data, scales = encode_nvfp4_blocks(blocks, block_max, finite, g)
+    return data, scales, g.clone()
+
+
+def encode_nvfp4_blocks(blocks, block_max, finite, g, element_codes=None):
+    """SPEC 2.3-2.5 for blocks [..., n, 16] given each block's max [..., n, 1] and whether it is
+    all finite: (packed codes [..., n * 8], float8_e4m3fn scales [..., n]). element_codes, if
+    given, maps the scaled elements to E2M1 codes in place of round-to-nearest."""
+    g_valid = (g > 0) & torch.isfinite(g)
     scales = e4m3_encode((block_max / 6.0) / g)
     scale_nan = ~finite | ~g_valid
     scales = torch.where(scale_nan, E4M3_NAN_CODE, scales.view(torch.uint8)).to(torch.uint8)
     decoded = e4m3_decode(scales)
     flt_max = torch.finfo(torch.float32).max
     multiplier = torch.where(decoded == 0, 0.0, (1.0 / (decoded * g)).clamp(max=flt_max))
-    codes = e2m1_encode(blocks * multiplier)
+    codes = (element_codes or e2m1_encode)(blocks * multiplier)
     codes = torch.where(scale_nan, 0, codes).to(torch.uint8)
-    data = pack_e2m1(codes.flatten(-2))
-    return data, scales.squeeze(-1).view(torch.float8_e4m3fn), g.clone()
+    return pack_e2m1(codes.flatten(-2)), scales.squeeze(-1).view(torch.float8_e4m3fn)
 
 
 def dequantize_nvfp4(data, scales, global_scale, dtype=torch.bfloat16) -> torch.Tensor:
@@ -322,3 +329,12 @@ def inverse_rht(y: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Ten
     h = rht_matrix(signs if signs is not None else rht_signs(device=y.device))
     groups = y.double().reshape(*y.shape[:-1], -1, RHT_DIM)
     return (groups @ h.T).reshape(y.shape).to(y.dtype)
+
+
+from ._reference_recipe import (  # noqa: E402  (the recipe reference builds on the functions above)
+    e2m1_encode_stochastic,
+    hadamard_sign_mask,
+    philox4x32_10,
+    quantize_nvfp4_recipe,
+    rht_fp32,
+)

@@ -1,0 +1,71 @@
+"""Cost of each NVFP4 training-recipe option over the plain quantizer, on the GPU.
+
+    python benchmarks/bench_recipe.py [--sizes 26 28] [--k 8192] [--json PATH]
+
+x is a bf16 [2^n / K, K] matrix, the global scale is given (so every row times one pass over x),
+cold L2, CUDA events, median of 30 calls (the same harness as bench_ops.py). "cost" is the time
+over the plain quantizer's; "share" is bandwidth against the same-run copy ceiling with the bytes
+each variant must move (rowwise + columnwise writes two outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from bench_ops import banner, ceilings, time_us
+from tabulate import tabulate
+
+import fp4ops
+
+
+def rows_for(numel: int, k: int, copy_gbs: float) -> list[dict]:
+    x = torch.randn(numel // k, k, device="cuda", dtype=torch.bfloat16)
+    g = fp4ops.amax(x) / 2688
+    out_bytes = 0.5 + 1 / 16
+    cases = [
+        ("plain", lambda: fp4ops.quantize_nvfp4(x, g), 1),
+        ("swizzled scales", lambda: fp4ops.quantize_nvfp4(x, g, scale_layout="swizzled"), 1),
+        ("hadamard (TE signs)", lambda: fp4ops.quantize_nvfp4(x, g, hadamard=True), 1),
+        ("2D 16x16 blocks", lambda: fp4ops.quantize_nvfp4(x, g, block_2d=True), 1),
+        ("stochastic rounding", lambda: fp4ops.quantize_nvfp4(x, g, stochastic_rounding=True, seed=1), 1),
+        ("rowwise + columnwise", lambda: fp4ops.quantize_nvfp4_rowwise_columnwise(x, g), 2),
+        ("rowwise + columnwise, 2D", lambda: fp4ops.quantize_nvfp4_rowwise_columnwise(x, g, block_2d=True), 2),
+        ("rowwise + columnwise, hadamard + SR",
+         lambda: fp4ops.quantize_nvfp4_rowwise_columnwise(x, g, hadamard=True, stochastic_rounding=True, seed=1), 2),
+    ]
+    out = []
+    plain_us = None
+    for name, fn, outputs in cases:
+        us = time_us(fn)
+        plain_us = plain_us or us
+        gbs = numel * (2 + outputs * out_bytes) / us / 1e3
+        out.append({"variant": name, "numel": numel, "k": k, "us": us, "GB/s": gbs, "pct_copy": 100 * gbs / copy_gbs,
+                    "cost_vs_plain": us / plain_us / outputs})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[26, 28], help="log2 of the element counts")
+    parser.add_argument("--k", type=int, default=8192, help="columns of x")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    info = banner()
+    ceil = ceilings()
+    print(f"{info['gpu']} | torch {info['torch']} CUDA {info['cuda']} | commit {info['commit']} | copy {ceil['copy']:.0f} GB/s")
+    rows = []
+    for log2 in args.sizes:
+        rows += rows_for(1 << log2, args.k, ceil["copy"])
+    print(tabulate([[r["variant"], f"2^{r['numel'].bit_length() - 1}", f"{r['us']:.1f}", f"{r['GB/s']:.0f}",
+                     f"{r['pct_copy']:.1f}%", f"{r['cost_vs_plain']:.2f}x"] for r in rows],
+                   headers=["variant", "numel", "us", "GB/s", "share of copy", "time / plain (per output)"],
+                   tablefmt="github"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"banner": info, "ceilings_GBps": ceil, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+// The NVFP4 training-recipe options (docs/recipe.md), shared by the CPU and CUDA kernels so both
+// compute the same bits: the 16-point Random Hadamard Transform in a fixed fp32 butterfly order,
+// Philox4x32-10 random words, and stochastic E2M1 rounding from 8 random bits per element.
+#pragma once
+
+#include <cstdint>
+
+#include "block_formats.h"
+
+namespace fp4ops {
+
+// What a recipe quantize does besides plain 1D NVFP4 (all off = the plain quantizer's bits).
+struct RecipeOptions {
+  bool rowwise;           // blocks of 16 along K: x itself
+  bool columnwise;        // blocks of 16 along the rows: x^T, stored transposed ([..., K, rows])
+  bool block_2d;          // one scale per 16x16 tile, repeated for each of its rows / columns
+  int32_t hadamard_signs; // -1: no rotation; else bit i set means sign s_i = -1
+  bool stochastic;        // stochastic E2M1 rounding from (seed, offset)
+  uint64_t seed;
+  uint64_t offset;
+};
+
+// x' = x diag(S) H16 / 4 on one 16-element group, H16 the Sylvester Hadamard matrix
+// (H16[i][j] = (-1)^popcount(i & j)). The butterfly runs its stages in the order h = 1, 2, 4, 8
+// with fp32 additions only (nothing to contract into an FMA), and the exact sign flips and the
+// final * 1/4 are the only other operations: every implementation rounds identically.
+FP4OPS_HD void hadamard16(float (&v)[16], uint32_t signs) {
+  for (int i = 0; i < 16; ++i) v[i] = (signs >> i) & 1u ? -v[i] : v[i];
+  for (int h = 1; h < 16; h <<= 1) {
+    for (int i = 0; i < 16; ++i) {
+      if (i & h) continue;
+      const float a = v[i];
+      const float b = v[i + h];
+      v[i] = add_rn(a, b);
+      v[i + h] = sub_rn(a, b);
+    }
+  }
+  for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], 0.25f);
+}
+
+// Philox4x32-10 (Salmon et al., SC'11): four 32-bit random words from a 128-bit counter and a
+// 64-bit key. Counter of an output block: {block index low, block index high (bit 31: the
+// columnwise output), offset low, offset high}; key: the seed.
+struct Philox4 {
+  uint32_t w[4];
+};
+
+FP4OPS_HD Philox4 philox4x32_10(uint64_t block, bool columnwise, uint64_t offset, uint64_t seed) {
+  uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32) ^ (columnwise ? 0x80000000u : 0u);
+  uint32_t c2 = static_cast<uint32_t>(offset), c3 = static_cast<uint32_t>(offset >> 32);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Stochastic fp32 -> E2M1 with 8 random bits r (0..255): between the grid neighbours
+// lo <= |y| < hi the top 8 bits of the position t = (|y| - lo) / (hi - lo) are added to r and the
+// carry rounds away from zero, so P(hi) = floor(256 t) / 256 (the carry-out rule of PTX's .rs
+// rounding, with 8 bits per element of an e2m1x4 conversion). |y| >= 6 and Inf saturate to 6;
+// the sign bit of y is kept (as in the round-to-nearest encoder). NaN: the caller zeroes the codes.
+FP4OPS_HD uint32_t e2m1_encode_stochastic(float y, uint32_t r) {
+  const uint32_t sign = (float_to_bits(y) >> 31) << 3;
+  const float a = y < 0.0f ? -y : y;
+  if (!(a < 6.0f)) return sign | 0x7u;
+  // Grid spacing below a: 0.5 on [0, 2) (codes 0..3), 1 on [2, 4) (codes 4, 5), 2 on [4, 6) (6).
+  const float base = a < 2.0f ? 0.0f : (a < 4.0f ? 2.0f : 4.0f);
+  const float inv_step = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+  const uint32_t base_code = a < 2.0f ? 0u : (a < 4.0f ? 4u : 6u);
+  const float steps = mul_rn(sub_rn(a, base), inv_step);  // exact: a - base is exact (Sterbenz)
+  const uint32_t whole = static_cast<uint32_t>(steps);
+  const uint32_t top8 = static_cast<uint32_t>(mul_rn(sub_rn(steps, static_cast<float>(whole)), 256.0f));
+  return sign | (base_code + whole + ((top8 + (r & 0xFFu)) >> 8));
+}
+
+// The eight code bytes of one 16-element block encoded as `enc`: round-to-nearest, or
+// stochastic with element i taking byte i % 4 of word i / 4 of `random`.
+FP4OPS_HD void encode_block16(const float (&v)[16], const BlockEncoding& enc, const Philox4* random,
+                              uint8_t (&out)[8]) {
+  for (int i = 0; i < 8; ++i) {
+    uint32_t byte;
+    if (random == nullptr) {
+      byte = encode_element_pair(enc, v[2 * i], v[2 * i + 1]);
+    } else {
+      const uint32_t word = random->w[i / 2];
+      const int shift = (i % 2) * 16;
+      const uint32_t even = e2m1_encode_stochastic(mul_rn(v[2 * i], enc.element_multiplier), word >> shift);
+      const uint32_t odd = e2m1_encode_stochastic(mul_rn(v[2 * i + 1], enc.element_multiplier), word >> (shift + 8));
+      byte = enc.zero_codes ? 0u : (even | (odd << 4));
+    }
+    out[i] = static_cast<uint8_t>(byte);
+  }
+}
+
+}  // namespace fp4ops

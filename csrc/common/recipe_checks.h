@@ -1,0 +1,71 @@
+// Arguments and outputs of quantize_nvfp4_recipe, shared by the CPU and CUDA launchers.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "op_checks.h"
+#include "recipe.h"
+
+namespace fp4ops {
+
+// x [..., rows, K] seen as `matrices` matrices of rows x K (a 1-D x is one row).
+struct RecipeGeometry {
+  int64_t matrices;
+  int64_t rows;
+  int64_t k;
+
+  int64_t strips() const { return (rows + 15) / 16; }  // 16-row strips per matrix
+  int64_t col_blocks() const { return k / 16; }
+};
+
+inline RecipeGeometry recipe_geometry(const at::Tensor& x) {
+  const int64_t rows = matrix_rows(x.sizes());
+  const int64_t k = x.size(-1);
+  const int64_t per_matrix = rows * k;
+  return {per_matrix == 0 ? 0 : x.numel() / per_matrix, rows, k};
+}
+
+inline RecipeOptions check_recipe_args(const at::Tensor& x, bool rowwise, bool columnwise, bool block_2d,
+                                       int64_t hadamard_signs, const std::optional<int64_t>& seed, int64_t offset) {
+  check_float_input(x, "x");
+  check_last_dim_multiple(x, "x", kNvfp4Block);
+  TORCH_CHECK(rowwise || columnwise, "rowwise: expected rowwise or columnwise output (or both), got neither");
+  TORCH_CHECK(hadamard_signs >= -1 && hadamard_signs <= 0xFFFF,
+              "hadamard_signs: expected -1 (no rotation) or a 16-bit sign mask, got ", int_str(hadamard_signs));
+  TORCH_CHECK(!(block_2d && hadamard_signs >= 0),
+              "block_2d: 16x16 block scaling and the Hadamard rotation cannot be combined (as in Transformer Engine)");
+  TORCH_CHECK(offset >= 0, "offset: expected a value >= 0, got ", int_str(offset));
+  if (columnwise) {
+    TORCH_CHECK(x.dim() >= 2 && matrix_rows(x.sizes()) % kNvfp4Block == 0,
+                "x: the columnwise output needs rows (dimension -2) a multiple of 16, got shape ", shape_str(x.sizes()));
+  }
+  if (block_2d) {
+    TORCH_CHECK(x.dim() >= 2, "x: 16x16 block scaling needs at least 2 dimensions, got ", shape_str(x.sizes()));
+  }
+  return {rowwise, columnwise, block_2d, static_cast<int32_t>(hadamard_signs), seed.has_value(),
+          static_cast<uint64_t>(seed.value_or(0)), static_cast<uint64_t>(offset)};
+}
+
+// The logical shape of the columnwise output: x^T per matrix, [..., K, rows].
+inline std::vector<int64_t> transposed_shape(const at::Tensor& x) {
+  auto shape = x.sizes().vec();
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  return shape;
+}
+
+// One direction's outputs: data [..., K/2], scales (either layout), zeroed when swizzled. A
+// direction that is off gets empty [0] tensors.
+inline QuantizedOutputs allocate_direction(const at::TensorOptions& options, at::IntArrayRef logical, bool enabled,
+                                           bool swizzled) {
+  if (!enabled) {
+    return {at::empty({0}, options.dtype(at::kByte)), at::empty({0}, options.dtype(at::kFloat8_e4m3fn))};
+  }
+  const auto shape = scale_shape(logical, logical.back() / kNvfp4Block, swizzled);
+  const auto scale_options = options.dtype(at::kFloat8_e4m3fn);
+  return {at::empty(with_last_dim(logical, logical.back() / 2), options.dtype(at::kByte)),
+          swizzled ? at::zeros(shape, scale_options) : at::empty(shape, scale_options)};
+}
+
+}  // namespace fp4ops

@@ -1,0 +1,96 @@
+// Launcher of quantize_nvfp4_recipe: checks, outputs, the global scales (given, from the plain
+// amax, or from the rotated amax pass of the same tile kernel), then one quantize pass.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "../common/recipe_checks.h"
+#include "kernels_cuda.h"
+#include "launch_utils.h"
+#include "recipe_kernels.cuh"
+
+namespace fp4ops::cuda {
+
+namespace {
+
+RecipeTiles tiles_of(const RecipeGeometry& geo) {
+  const int64_t nb = geo.col_blocks();
+  return {geo.matrices, geo.rows, geo.k, geo.strips(), nb, (nb + kRecipeTileBlocks - 1) / kRecipeTileBlocks};
+}
+
+// Runs recipe_kernel over every tile, once for amax (kAmaxOnly) or once to quantize.
+template <bool kAmaxOnly, class RowIndex, class ColIndex>
+void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const RecipeOptions& opt,
+                   const Nvfp4Source& row_source, const Nvfp4Source& col_source, const RecipeOut<RowIndex>& row_out,
+                   const RecipeOut<ColIndex>& col_out, uint32_t* amax_bits, cudaStream_t stream) {
+  const int64_t count = tiles.matrices * tiles.strips * tiles.col_tiles;
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  // >= 1 block even with no tiles: block 0 publishes the global scales.
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, sms * 8)));
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    if (is_aligned(x, 16)) {
+      recipe_kernel<T, true, kAmaxOnly, RowIndex, ColIndex><<<grid, kRecipeThreads, 0, stream>>>(
+          x, tiles, opt, row_source, col_source, row_out, col_out, amax_bits);
+    } else {
+      recipe_kernel<T, false, kAmaxOnly, RowIndex, ColIndex><<<grid, kRecipeThreads, 0, stream>>>(
+          x, tiles, opt, row_source, col_source, row_out, col_out, amax_bits);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+uint8_t* bytes(at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4_recipe(
+    const at::Tensor& x, const std::optional<at::Tensor>& global_scale, const std::string& scale_layout, bool rowwise,
+    bool columnwise, bool block_2d, int64_t hadamard_signs, const std::optional<int64_t>& seed, int64_t offset) {
+  const RecipeOptions opt = check_recipe_args(x, rowwise, columnwise, block_2d, hadamard_signs, seed, offset);
+  const bool swizzled = parse_scale_layout(scale_layout);
+  if (global_scale.has_value()) check_global_scale(*global_scale, x, "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor input = x.contiguous();
+  const RecipeGeometry geo = recipe_geometry(input);
+  const RecipeTiles tiles = tiles_of(geo);
+  const auto t_shape = columnwise ? transposed_shape(x) : std::vector<int64_t>{};
+  QuantizedOutputs row = allocate_direction(x.options(), x.sizes(), rowwise, swizzled);
+  QuantizedOutputs col = allocate_direction(x.options(), t_shape, columnwise, swizzled);
+  at::Tensor g_row = at::empty({}, x.options().dtype(at::kFloat));
+  at::Tensor g_col = at::empty({}, x.options().dtype(at::kFloat));
+
+  // Each direction's g: the given tensor, or derived on the device from an amax (no host sync).
+  at::Tensor source;  // fp32 [2]: the amax (or given g) for rows and for columns
+  bool source_is_amax = true;
+  if (global_scale.has_value()) {
+    source = global_scale->reshape({1}).expand({2}).contiguous();
+    source_is_amax = false;
+  } else if (opt.hadamard_signs >= 0) {
+    source = at::zeros({2}, x.options().dtype(at::kFloat));
+    uint32_t* amax_bits = reinterpret_cast<uint32_t*>(source.mutable_data_ptr<float>());
+    launch_recipe<true>(input, tiles, opt, Nvfp4Source{}, Nvfp4Source{}, RecipeOut<LinearScales>{},
+                        RecipeOut<LinearScales>{}, amax_bits, stream);
+  } else {
+    source = fp4ops::cuda::amax(input).reshape({1}).expand({2}).contiguous();
+  }
+  const float* src = source.const_data_ptr<float>();
+  const Nvfp4Source row_source{src, source_is_amax, g_row.mutable_data_ptr<float>()};
+  const Nvfp4Source col_source{src + 1, source_is_amax, g_col.mutable_data_ptr<float>()};
+  with_scale_index(swizzled && rowwise, x.sizes(), geo.col_blocks(), [&](auto row_index) {
+    with_scale_index(swizzled && columnwise, t_shape, geo.strips(), [&](auto col_index) {
+      launch_recipe<false>(input, tiles, opt, row_source, col_source,
+                           RecipeOut<decltype(row_index)>{bytes(row.data), bytes(row.scales), row_index},
+                           RecipeOut<decltype(col_index)>{bytes(col.data), bytes(col.scales), col_index}, nullptr,
+                           stream);
+    });
+  });
+  // A direction that is off still returns its g (that of the other direction's source).
+  if (!rowwise) g_row.copy_(g_col);
+  if (!columnwise) g_col.copy_(g_row);
+  return {row.data, row.scales, g_row, col.data, col.scales, g_col};
+}
+
+}  // namespace fp4ops::cuda

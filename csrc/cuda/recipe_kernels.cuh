@@ -1,0 +1,152 @@
+// quantize_nvfp4_recipe on the GPU: rowwise and/or columnwise NVFP4 of x, read once, with 16x16
+// block scales, the Hadamard rotation and stochastic rounding (csrc/common/recipe.h).
+//
+// Work unit: a tile of 16 rows x 256 columns of one matrix for a 256-thread block. Thread
+// (tr, tb) = (t / 16, t % 16) loads the 16-element row group of row tr, block column tb (two or
+// four 16-byte loads) and quantizes it rowwise. For the columnwise output the tile goes through
+// shared memory and thread t takes column t: 16 values down the strip, one columnwise block,
+// stored at x^T's row c. 2D tile maxima are reduced across the 16 rows in shared memory too.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/recipe.h"
+#include "../common/scale_layout.h"
+#include "amax_kernels.cuh"
+#include "element_types.cuh"
+#include "quantize_kernels.cuh"
+
+namespace fp4ops::cuda {
+
+constexpr int kRecipeThreads = 256;
+constexpr int kRecipeTileBlocks = 16;       // 16-element blocks per tile row: 256 columns
+constexpr int kRecipeRowStride = 16 * 17;   // fp32 words per shared tile row: 17-word groups (no bank conflicts)
+
+struct RecipeTiles {
+  int64_t matrices, rows, k;
+  int64_t strips;     // ceil(rows / 16)
+  int64_t nb;         // k / 16 blocks per row
+  int64_t col_tiles;  // ceil(nb / 16)
+
+  __device__ __forceinline__ int64_t count() const { return matrices * strips * col_tiles; }
+};
+
+// Where one direction's codes and scales go: block b at data + 8 b and scales[index.offset(b)].
+template <class ScaleIndex>
+struct RecipeOut {
+  uint8_t* data;
+  uint8_t* scales;
+  ScaleIndex index;
+};
+
+// Largest finite |v| as fp32 bits (non-finite elements skipped): SPEC 2.1's amax share.
+__device__ __forceinline__ uint32_t finite_max_bits16(const float (&v)[16]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) m = max(m, __float_as_uint(finite_abs(v[i])));
+  return m;
+}
+
+// Encode one block and store its 8 code bytes and its scale. `max_bits` >= kInfBits: non-finite.
+template <class ScaleIndex>
+__device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, int64_t b, const float (&v)[16],
+                                            uint32_t max_bits, const Nvfp4Format& format, const RecipeOptions& opt,
+                                            bool columnwise) {
+  const bool finite = max_bits < kInfBits;
+  const BlockEncoding enc = format.encode(finite ? __uint_as_float(max_bits) : 0.0f, finite);
+  Philox4 random;
+  if (opt.stochastic) random = philox4x32_10(b, columnwise, opt.offset, opt.seed);
+  alignas(8) uint8_t codes[8];
+  encode_block16(v, enc, opt.stochastic ? &random : nullptr, codes);
+  __stcs(reinterpret_cast<uint2*>(out.data) + b, *reinterpret_cast<const uint2*>(codes));
+  out.scales[out.index.offset(b)] = static_cast<uint8_t>(enc.scale_code);
+}
+
+// kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
+// amax_bits[0] / amax_bits[1] (zeroed before the launch) and store nothing.
+template <typename T, bool kAligned, bool kAmaxOnly, class RowIndex, class ColIndex>
+__global__ void __launch_bounds__(kRecipeThreads)
+recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvfp4Source row_source,
+              Nvfp4Source col_source, RecipeOut<RowIndex> row_out, RecipeOut<ColIndex> col_out,
+              uint32_t* __restrict__ amax_bits) {
+  __shared__ float tile[16 * kRecipeRowStride];
+  __shared__ uint32_t group_max[16][kRecipeTileBlocks];
+  __shared__ uint32_t scratch[32];
+  Nvfp4Format row_format{1.0f}, col_format{1.0f};
+  if constexpr (!kAmaxOnly) {
+    if (opt.rowwise) {
+      row_format = row_source.make();
+      row_source.publish(row_format);
+    }
+    if (opt.columnwise) {
+      col_format = col_source.make();
+      col_source.publish(col_format);
+    }
+  }
+  const int t = threadIdx.x, tr = t / 16, tb = t % 16;
+  const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
+  const bool rotate = opt.hadamard_signs >= 0;
+  uint32_t row_amax = 0, col_amax = 0;
+  for (int64_t unit = blockIdx.x; unit < tiles.count(); unit += gridDim.x) {
+    const int64_t ct = unit % tiles.col_tiles;
+    const int64_t s = unit / tiles.col_tiles % tiles.strips;
+    const int64_t m = unit / tiles.col_tiles / tiles.strips;
+    const int64_t r = s * 16 + tr, cb = ct * kRecipeTileBlocks + tb;
+    const bool valid = r < tiles.rows && cb < tiles.nb;
+    float v[16] = {};
+    if (valid) {
+      const int64_t group = ((m * tiles.rows + r) * tiles.k + cb * 16) / 8;
+      float half[8];
+      load_group8<T, kAligned>(x, group, half);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = half[i];
+      load_group8<T, kAligned>(x, group + 1, half);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[8 + i] = half[i];
+    }
+    if (opt.block_2d || opt.columnwise) {
+      group_max[tr][tb] = max_abs_bits(v);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) tile[tr * kRecipeRowStride + tb * 17 + i] = v[i];
+      __syncthreads();
+    }
+    // The 16x16 tile max of block column `column_block` (2D scaling; rows past the end are 0).
+    const auto tile_max = [&](int column_block) {
+      uint32_t mb = 0;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) mb = max(mb, group_max[i][column_block]);
+      return mb;
+    };
+    if (opt.rowwise) {
+      if (rotate) hadamard16(v, signs);
+      if constexpr (kAmaxOnly) {
+        row_amax = max(row_amax, finite_max_bits16(v));
+      } else if (valid) {
+        const int64_t b = (m * tiles.rows + r) * tiles.nb + cb;
+        store_block(row_out, b, v, opt.block_2d ? tile_max(tb) : max_abs_bits(v), row_format, opt, false);
+      }
+    }
+    if (opt.columnwise) {  // rows are a multiple of 16 here: every strip is full
+      const int64_t c = ct * 256 + t;
+      float u[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) u[i] = tile[i * kRecipeRowStride + tr * 17 + tb];
+      if (rotate) hadamard16(u, signs);
+      if constexpr (kAmaxOnly) {
+        if (c < tiles.k) col_amax = max(col_amax, finite_max_bits16(u));
+      } else if (c < tiles.k) {
+        const int64_t b = (m * tiles.k + c) * tiles.strips + s;
+        store_block(col_out, b, u, opt.block_2d ? tile_max(tr) : max_abs_bits(u), col_format, opt, true);
+      }
+    }
+    if (opt.block_2d || opt.columnwise) __syncthreads();  // the next tile reuses shared memory
+  }
+  if constexpr (kAmaxOnly) {
+    row_amax = block_reduce_max(row_amax, scratch);
+    col_amax = block_reduce_max(col_amax, scratch);
+    if (t == 0 && row_amax != 0) atomicMax(amax_bits, row_amax);
+    if (t == 0 && col_amax != 0) atomicMax(amax_bits + 1, col_amax);
+  }
+}
+
+}  // namespace fp4ops::cuda
