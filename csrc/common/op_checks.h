@@ -83,13 +83,27 @@ inline std::vector<int64_t> scale_shape(at::IntArrayRef logical, int64_t cols, b
 
 // Calls fn(scale_index) with the LinearScales or SwizzledScales of a tensor of logical shape
 // [..., rows, K] with `cols` = K / block scale columns: kernels are instantiated for both.
+inline SwizzledScales swizzled_scales_for(at::IntArrayRef logical, int64_t cols) {
+  int64_t numel = 1;
+  for (const int64_t n : logical) numel *= n;
+  const int64_t k = logical.empty() ? 0 : logical.back();
+  return SwizzledScales::make(matrix_rows(logical), cols, k == 0 ? 0 : numel / k * cols);
+}
+
 template <typename Fn>
 void with_scale_index(bool swizzled, at::IntArrayRef logical, int64_t cols, Fn&& fn) {
   if (swizzled) {
-    fn(SwizzledScales::make(matrix_rows(logical), cols));
+    fn(swizzled_scales_for(logical, cols));
   } else {
     fn(LinearScales{});
   }
+}
+
+// Swizzled scales [shape] start zeroed when their matrices have padding: the kernels write
+// only real scales, and SPEC 4 wants every padding byte 0 (stale padding is a real bug class).
+inline at::Tensor allocate_scales(at::IntArrayRef logical, int64_t cols, bool swizzled, const at::TensorOptions& options) {
+  const auto shape = scale_shape(logical, cols, swizzled);
+  return swizzled && swizzled_scales_for(logical, cols).has_padding() ? at::zeros(shape, options) : at::empty(shape, options);
 }
 
 // swizzle_scales / unswizzle_scales take scale codes of either format (not raw uint8, SPEC 4).
@@ -197,15 +211,11 @@ struct QuantizedOutputs {
   at::Tensor scales;
 };
 
-// Swizzled scales start zeroed: the kernels write only real scales, and SPEC 4 wants every
-// padding byte 0 (stale padding is a real bug class elsewhere).
 inline QuantizedOutputs allocate_quantized(const at::Tensor& x, int64_t block, at::ScalarType scale_dtype,
                                            bool swizzled) {
   const int64_t k = x.size(-1);
-  const auto shape = scale_shape(x.sizes(), k / block, swizzled);
-  const auto scale_options = x.options().dtype(scale_dtype);
   return {at::empty(with_last_dim(x, k / 2), x.options().dtype(at::kByte)),
-          swizzled ? at::zeros(shape, scale_options) : at::empty(shape, scale_options)};
+          allocate_scales(x.sizes(), k / block, swizzled, x.options().dtype(scale_dtype))};
 }
 
 inline Mxfp4ScaleRule parse_scale_rule(const std::string& scale_rule) {

@@ -62,10 +62,8 @@ inline QuantizedOutputs allocate_direction(const at::TensorOptions& options, at:
   if (!enabled) {
     return {at::empty({0}, options.dtype(at::kByte)), at::empty({0}, options.dtype(at::kFloat8_e4m3fn))};
   }
-  const auto shape = scale_shape(logical, logical.back() / kNvfp4Block, swizzled);
-  const auto scale_options = options.dtype(at::kFloat8_e4m3fn);
   return {at::empty(with_last_dim(logical, logical.back() / 2), options.dtype(at::kByte)),
-          swizzled ? at::zeros(shape, scale_options) : at::empty(shape, scale_options)};
+          allocate_scales(logical, logical.back() / kNvfp4Block, swizzled, options.dtype(at::kFloat8_e4m3fn))};
 }
 
 }  // namespace fp4ops

@@ -14,7 +14,7 @@ at::Tensor swizzle_scales(const at::Tensor& scales) {
   const at::Tensor in = scales.contiguous();
   const uint8_t* src = static_cast<const uint8_t*>(in.const_data_ptr());
   uint8_t* dst = static_cast<uint8_t*>(out.mutable_data_ptr());
-  const SwizzledScales index = SwizzledScales::make(matrix_rows(scales.sizes()), cols);
+  const SwizzledScales index = swizzled_scales_for(scales.sizes(), cols);
   at::parallel_for(0, in.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) dst[index.offset(s)] = src[s];
   });
@@ -27,7 +27,7 @@ at::Tensor unswizzle_scales(const at::Tensor& scales, int64_t rows, int64_t cols
   const at::Tensor in = scales.contiguous();
   const uint8_t* src = static_cast<const uint8_t*>(in.const_data_ptr());
   uint8_t* dst = static_cast<uint8_t*>(out.mutable_data_ptr());
-  const SwizzledScales index = SwizzledScales::make(rows, cols);
+  const SwizzledScales index = swizzled_scales_for(linear, cols);
   at::parallel_for(0, out.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) dst[s] = src[index.offset(s)];
   });

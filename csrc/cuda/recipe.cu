@@ -15,7 +15,12 @@ namespace {
 
 RecipeTiles tiles_of(const RecipeGeometry& geo) {
   const int64_t nb = geo.col_blocks();
-  return {geo.matrices, geo.rows, geo.k, geo.strips(), nb, (nb + kRecipeTileBlocks - 1) / kRecipeTileBlocks};
+  const int64_t row_tiles = (geo.rows + kRecipeTileRows - 1) / kRecipeTileRows;
+  const int64_t col_tiles = (nb + kRecipeTileBlocks - 1) / kRecipeTileBlocks;
+  const int64_t count = geo.matrices * row_tiles * col_tiles;
+  TORCH_CHECK(count < (int64_t{1} << 32), "x: too many 64x64 tiles for one launch (", int_str(count), ")");
+  return {geo.rows, geo.k, geo.strips(), nb, static_cast<uint32_t>(row_tiles), static_cast<uint32_t>(col_tiles),
+          static_cast<uint32_t>(count)};
 }
 
 // Runs recipe_kernel over every tile, once for amax (kAmaxOnly) or once to quantize.
@@ -23,7 +28,7 @@ template <bool kAmaxOnly, class RowIndex, class ColIndex>
 void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const RecipeOptions& opt,
                    const Nvfp4Source& row_source, const Nvfp4Source& col_source, const RecipeOut<RowIndex>& row_out,
                    const RecipeOut<ColIndex>& col_out, uint32_t* amax_bits, cudaStream_t stream) {
-  const int64_t count = tiles.matrices * tiles.strips * tiles.col_tiles;
+  const int64_t count = tiles.count;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   // >= 1 block even with no tiles: block 0 publishes the global scales.
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, sms * 8)));

@@ -1,11 +1,13 @@
 // quantize_nvfp4_recipe on the GPU: rowwise and/or columnwise NVFP4 of x, read once, with 16x16
 // block scales, the Hadamard rotation and stochastic rounding (csrc/common/recipe.h).
 //
-// Work unit: a tile of 16 rows x 256 columns of one matrix for a 256-thread block. Thread
-// (tr, tb) = (t / 16, t % 16) loads the 16-element row group of row tr, block column tb (two or
-// four 16-byte loads) and quantizes it rowwise. For the columnwise output the tile goes through
-// shared memory and thread t takes column t: 16 values down the strip, one columnwise block,
-// stored at x^T's row c. 2D tile maxima are reduced across the 16 rows in shared memory too.
+// Work unit: a tile of 64 rows x 64 columns of one matrix for a 256-thread block. Rowwise,
+// thread t takes row t / 4, block column t % 4: it loads that 16-element group (two or four
+// 16-byte loads; four threads cover a row's 128 bytes) and writes 8 code bytes (four threads: one
+// 32-byte sector). Columnwise, the tile goes through shared memory and thread t takes column
+// t / 4 of strip t % 4: 16 values down the strip, one block of x^T, whose 8 code bytes sit next
+// to those of the other three strips (again one 32-byte sector per column). 2D tile maxima are
+// reduced across 16 rows in shared memory.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +21,18 @@
 namespace fp4ops::cuda {
 
 constexpr int kRecipeThreads = 256;
-constexpr int kRecipeTileBlocks = 16;       // 16-element blocks per tile row: 256 columns
-constexpr int kRecipeRowStride = 16 * 17;   // fp32 words per shared tile row: 17-word groups (no bank conflicts)
+constexpr int kRecipeTileRows = 64;
+constexpr int kRecipeTileBlocks = 4;  // 16-element blocks per tile row: 64 columns
+constexpr int kRecipeRowStride = 65;  // fp32 words per shared tile row (padded against bank conflicts)
 
+// Tile counts fit in 32 bits (the launcher checks), so the per-tile index math is 32-bit.
 struct RecipeTiles {
-  int64_t matrices, rows, k;
-  int64_t strips;     // ceil(rows / 16)
-  int64_t nb;         // k / 16 blocks per row
-  int64_t col_tiles;  // ceil(nb / 16)
-
-  __device__ __forceinline__ int64_t count() const { return matrices * strips * col_tiles; }
+  int64_t rows, k;
+  int64_t strips;       // ceil(rows / 16): 16-row strips per matrix
+  int64_t nb;           // k / 16 blocks per row
+  uint32_t row_tiles;   // ceil(rows / 64)
+  uint32_t col_tiles;   // ceil(nb / 4)
+  uint32_t count;       // matrices * row_tiles * col_tiles
 };
 
 // Where one direction's codes and scales go: block b at data + 8 b and scales[index.offset(b)].
@@ -48,10 +52,11 @@ __device__ __forceinline__ uint32_t finite_max_bits16(const float (&v)[16]) {
 }
 
 // Encode one block and store its 8 code bytes and its scale. `max_bits` >= kInfBits: non-finite.
+// Block b of the output is (matrix m, row i, scale column j) of its scale matrix.
 template <class ScaleIndex>
-__device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, int64_t b, const float (&v)[16],
-                                            uint32_t max_bits, const Nvfp4Format& format, const RecipeOptions& opt,
-                                            bool columnwise) {
+__device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, int64_t b, int64_t m, int64_t i,
+                                            int64_t j, const float (&v)[16], uint32_t max_bits,
+                                            const Nvfp4Format& format, const RecipeOptions& opt, bool columnwise) {
   const bool finite = max_bits < kInfBits;
   const BlockEncoding enc = format.encode(finite ? __uint_as_float(max_bits) : 0.0f, finite);
   Philox4 random;
@@ -59,7 +64,7 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
   alignas(8) uint8_t codes[8];
   encode_block16(v, enc, opt.stochastic ? &random : nullptr, codes);
   __stcs(reinterpret_cast<uint2*>(out.data) + b, *reinterpret_cast<const uint2*>(codes));
-  out.scales[out.index.offset(b)] = static_cast<uint8_t>(enc.scale_code);
+  out.scales[out.index.offset(b, m, i, j)] = static_cast<uint8_t>(enc.scale_code);
 }
 
 // kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
@@ -69,8 +74,8 @@ __global__ void __launch_bounds__(kRecipeThreads)
 recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvfp4Source row_source,
               Nvfp4Source col_source, RecipeOut<RowIndex> row_out, RecipeOut<ColIndex> col_out,
               uint32_t* __restrict__ amax_bits) {
-  __shared__ float tile[16 * kRecipeRowStride];
-  __shared__ uint32_t group_max[16][kRecipeTileBlocks];
+  __shared__ float tile[kRecipeTileRows * kRecipeRowStride];
+  __shared__ uint32_t group_max[kRecipeTileRows][kRecipeTileBlocks];
   __shared__ uint32_t scratch[32];
   Nvfp4Format row_format{1.0f}, col_format{1.0f};
   if constexpr (!kAmaxOnly) {
@@ -83,15 +88,18 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
       col_source.publish(col_format);
     }
   }
-  const int t = threadIdx.x, tr = t / 16, tb = t % 16;
+  const int t = threadIdx.x;
+  const int tr = t / 4, tb = t % 4;  // rowwise role: row, block column
+  const int cl = t / 4, sl = t % 4;  // columnwise role: column, strip
   const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
   const bool rotate = opt.hadamard_signs >= 0;
   uint32_t row_amax = 0, col_amax = 0;
-  for (int64_t unit = blockIdx.x; unit < tiles.count(); unit += gridDim.x) {
-    const int64_t ct = unit % tiles.col_tiles;
-    const int64_t s = unit / tiles.col_tiles % tiles.strips;
-    const int64_t m = unit / tiles.col_tiles / tiles.strips;
-    const int64_t r = s * 16 + tr, cb = ct * kRecipeTileBlocks + tb;
+  for (uint32_t unit = blockIdx.x; unit < tiles.count; unit += gridDim.x) {
+    const uint32_t ct = unit % tiles.col_tiles;
+    const uint32_t rt = unit / tiles.col_tiles % tiles.row_tiles;
+    const int64_t m = unit / tiles.col_tiles / tiles.row_tiles;
+    const int64_t r = static_cast<int64_t>(rt) * kRecipeTileRows + tr;
+    const int64_t cb = static_cast<int64_t>(ct) * kRecipeTileBlocks + tb;
     const bool valid = r < tiles.rows && cb < tiles.nb;
     float v[16] = {};
     if (valid) {
@@ -104,17 +112,18 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[8 + i] = half[i];
     }
-    if (opt.block_2d || opt.columnwise) {
-      group_max[tr][tb] = max_abs_bits(v);
+    if (opt.block_2d) group_max[tr][tb] = max_abs_bits(v);
+    if (opt.columnwise) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) tile[tr * kRecipeRowStride + tb * 17 + i] = v[i];
-      __syncthreads();
+      for (int i = 0; i < 16; ++i) tile[tr * kRecipeRowStride + tb * 16 + i] = v[i];
     }
-    // The 16x16 tile max of block column `column_block` (2D scaling; rows past the end are 0).
-    const auto tile_max = [&](int column_block) {
+    const bool shared = opt.block_2d || opt.columnwise;
+    if (shared) __syncthreads();
+    // The max of the 16x16 tile (16-row strip `strip` of this tile, block column `block`).
+    const auto tile_max = [&](int strip, int block) {
       uint32_t mb = 0;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) mb = max(mb, group_max[i][column_block]);
+      for (int i = 0; i < 16; ++i) mb = max(mb, group_max[strip * 16 + i][block]);
       return mb;
     };
     if (opt.rowwise) {
@@ -123,23 +132,27 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
         row_amax = max(row_amax, finite_max_bits16(v));
       } else if (valid) {
         const int64_t b = (m * tiles.rows + r) * tiles.nb + cb;
-        store_block(row_out, b, v, opt.block_2d ? tile_max(tb) : max_abs_bits(v), row_format, opt, false);
+        store_block(row_out, b, m, r, cb, v, opt.block_2d ? tile_max(tr / 16, tb) : max_abs_bits(v), row_format, opt,
+                    false);
       }
     }
-    if (opt.columnwise) {  // rows are a multiple of 16 here: every strip is full
-      const int64_t c = ct * 256 + t;
+    if (opt.columnwise) {  // rows are a multiple of 16 here: a strip is whole or past the end
+      const int64_t c = static_cast<int64_t>(ct) * 64 + cl;
+      const int64_t s = static_cast<int64_t>(rt) * 4 + sl;
+      const bool valid_column = c < tiles.k && s < tiles.strips;
       float u[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) u[i] = tile[i * kRecipeRowStride + tr * 17 + tb];
+      for (int i = 0; i < 16; ++i) u[i] = tile[(sl * 16 + i) * kRecipeRowStride + cl];
       if (rotate) hadamard16(u, signs);
       if constexpr (kAmaxOnly) {
-        if (c < tiles.k) col_amax = max(col_amax, finite_max_bits16(u));
-      } else if (c < tiles.k) {
+        if (valid_column) col_amax = max(col_amax, finite_max_bits16(u));
+      } else if (valid_column) {
         const int64_t b = (m * tiles.k + c) * tiles.strips + s;
-        store_block(col_out, b, u, opt.block_2d ? tile_max(tr) : max_abs_bits(u), col_format, opt, true);
+        store_block(col_out, b, m, c, s, u, opt.block_2d ? tile_max(sl, cl / 16) : max_abs_bits(u), col_format, opt,
+                    true);
       }
     }
-    if (opt.block_2d || opt.columnwise) __syncthreads();  // the next tile reuses shared memory
+    if (shared) __syncthreads();  // the next tile reuses shared memory
   }
   if constexpr (kAmaxOnly) {
     row_amax = block_reduce_max(row_amax, scratch);

@@ -46,7 +46,7 @@ at::Tensor swizzle_scales(const at::Tensor& scales) {
   // Zeroed first: only real scales are copied, so every padding byte is 0.
   at::Tensor out = at::zeros(scale_shape(scales.sizes(), cols, true), scales.options());
   const at::Tensor in = scales.contiguous();
-  launch_move<true>(in, out, in.numel(), SwizzledScales::make(matrix_rows(scales.sizes()), cols));
+  launch_move<true>(in, out, in.numel(), swizzled_scales_for(scales.sizes(), cols));
   return out;
 }
 
@@ -55,7 +55,7 @@ at::Tensor unswizzle_scales(const at::Tensor& scales, int64_t rows, int64_t cols
   const c10::cuda::CUDAGuard guard(scales.device());
   at::Tensor out = at::empty(linear, scales.options());
   const at::Tensor in = scales.contiguous();
-  launch_move<false>(in, out, out.numel(), SwizzledScales::make(rows, cols));
+  launch_move<false>(in, out, out.numel(), swizzled_scales_for(linear, cols));
   return out;
 }
 
