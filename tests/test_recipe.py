@@ -160,7 +160,7 @@ def test_stochastic_rounding_is_unbiased(device):
     x = row.expand(n, k).contiguous().to(device)
     q = fp4ops.quantize_nvfp4(x, g, stochastic_rounding=True, seed=1234)
     values = q.dequantize(torch.float32).double().cpu()
-    scale = values.new_tensor(reference.e4m3_decode(q.scales[0].cpu()).double().repeat_interleave(16) * g)
+    scale = reference.e4m3_decode(q.scales[0].cpu()).double().repeat_interleave(16) * g
     y = row.double() / scale  # the scaled element, on the E2M1 grid's axis
     grid = torch.tensor(reference.E2M1_MAGNITUDES, dtype=torch.float64)
     lower = (torch.searchsorted(grid, y.abs(), right=True) - 1).clamp(max=6)
