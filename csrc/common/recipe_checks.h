@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "op_checks.h"
 #include "recipe.h"
@@ -64,6 +66,32 @@ inline QuantizedOutputs allocate_direction(const at::TensorOptions& options, at:
   }
   return {at::empty(with_last_dim(logical, logical.back() / 2), options.dtype(at::kByte)),
           allocate_scales(logical, logical.back() / kNvfp4Block, swizzled, options.dtype(at::kFloat8_e4m3fn))};
+}
+
+// What both launchers start from: the checked options, the contiguous input and its geometry, and
+// both directions' outputs allocated (the columnwise one over the transposed shape).
+struct RecipeCall {
+  RecipeOptions opt;
+  bool swizzled;
+  at::Tensor input;
+  RecipeGeometry geo;
+  std::vector<int64_t> t_shape;  // empty when columnwise is off
+  QuantizedOutputs row;
+  QuantizedOutputs col;
+};
+
+inline RecipeCall prepare_recipe(const at::Tensor& x, const std::optional<at::Tensor>& global_scale,
+                                 const std::string& scale_layout, bool rowwise, bool columnwise, bool block_2d,
+                                 int64_t hadamard_signs, const std::optional<int64_t>& seed, int64_t offset) {
+  const RecipeOptions opt = check_recipe_args(x, rowwise, columnwise, block_2d, hadamard_signs, seed, offset);
+  const bool swizzled = parse_scale_layout(scale_layout);
+  if (global_scale.has_value()) check_global_scale(*global_scale, x, "x");
+  at::Tensor input = x.contiguous();
+  const RecipeGeometry geo = recipe_geometry(input);
+  auto t_shape = columnwise ? transposed_shape(x) : std::vector<int64_t>{};
+  QuantizedOutputs row = allocate_direction(x.options(), x.sizes(), rowwise, swizzled);
+  QuantizedOutputs col = allocate_direction(x.options(), t_shape, columnwise, swizzled);
+  return {opt, swizzled, std::move(input), geo, std::move(t_shape), std::move(row), std::move(col)};
 }
 
 }  // namespace fp4ops

@@ -147,21 +147,17 @@ void recipe_quantize(const scalar_t* x, const RecipeGeometry& geo, const RecipeO
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4_recipe(
     const at::Tensor& x, const std::optional<at::Tensor>& global_scale, const std::string& scale_layout, bool rowwise,
     bool columnwise, bool block_2d, int64_t hadamard_signs, const std::optional<int64_t>& seed, int64_t offset) {
-  const RecipeOptions opt = check_recipe_args(x, rowwise, columnwise, block_2d, hadamard_signs, seed, offset);
-  const bool swizzled = parse_scale_layout(scale_layout);
-  if (global_scale.has_value()) check_global_scale(*global_scale, x, "x");
-  const at::Tensor input = x.contiguous();
-  const RecipeGeometry geo = recipe_geometry(input);
-  const auto t_shape = columnwise ? transposed_shape(x) : std::vector<int64_t>{};
-  QuantizedOutputs row = allocate_direction(x.options(), x.sizes(), rowwise, swizzled);
-  QuantizedOutputs col = allocate_direction(x.options(), t_shape, columnwise, swizzled);
+  RecipeCall call = prepare_recipe(x, global_scale, scale_layout, rowwise, columnwise, block_2d, hadamard_signs, seed,
+                                   offset);
+  const RecipeOptions& opt = call.opt;
+  const at::Tensor& input = call.input;
   float g_row = 0.0f, g_col = 0.0f;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "fp4ops_recipe_cpu", [&] {
     const scalar_t* px = input.const_data_ptr<scalar_t>();
     if (global_scale.has_value()) {
       g_row = g_col = global_scale->reshape({}).item<float>();
     } else if (opt.hadamard_signs >= 0) {
-      const auto [row_amax, col_amax] = recipe_amax(px, geo, opt);
+      const auto [row_amax, col_amax] = recipe_amax(px, call.geo, opt);
       g_row = nvfp4_global_scale_from_amax(row_amax);
       g_col = nvfp4_global_scale_from_amax(col_amax);
     } else {
@@ -171,16 +167,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     if (!rowwise) g_row = g_col;
     if (!columnwise) g_col = g_row;
     const auto bytes = [](at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); };
-    with_scale_index(swizzled && rowwise, x.sizes(), geo.col_blocks(), [&](auto row_index) {
-      with_scale_index(swizzled && columnwise, t_shape, geo.strips(), [&](auto col_index) {
-        recipe_quantize(px, geo, opt, g_row, g_col,
-                        DirectionOut<decltype(row_index)>{bytes(row.data), bytes(row.scales), row_index, false},
-                        DirectionOut<decltype(col_index)>{bytes(col.data), bytes(col.scales), col_index, true});
+    with_scale_index(call.swizzled && rowwise, x.sizes(), call.geo.col_blocks(), [&](auto row_index) {
+      with_scale_index(call.swizzled && columnwise, call.t_shape, call.geo.strips(), [&](auto col_index) {
+        using RowOut = DirectionOut<decltype(row_index)>;
+        using ColOut = DirectionOut<decltype(col_index)>;
+        recipe_quantize(px, call.geo, opt, g_row, g_col,
+                        RowOut{bytes(call.row.data), bytes(call.row.scales), row_index, false},
+                        ColOut{bytes(call.col.data), bytes(call.col.scales), col_index, true});
       });
     });
   });
   const auto scalar = [&](float g) { return at::scalar_tensor(g, x.options().dtype(at::kFloat)); };
-  return {row.data, row.scales, scalar(g_row), col.data, col.scales, scalar(g_col)};
+  return {call.row.data, call.row.scales, scalar(g_row), call.col.data, call.col.scales, scalar(g_col)};
 }
 
 }  // namespace fp4ops::cpu

@@ -53,17 +53,13 @@ uint8_t* bytes(at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4_recipe(
     const at::Tensor& x, const std::optional<at::Tensor>& global_scale, const std::string& scale_layout, bool rowwise,
     bool columnwise, bool block_2d, int64_t hadamard_signs, const std::optional<int64_t>& seed, int64_t offset) {
-  const RecipeOptions opt = check_recipe_args(x, rowwise, columnwise, block_2d, hadamard_signs, seed, offset);
-  const bool swizzled = parse_scale_layout(scale_layout);
-  if (global_scale.has_value()) check_global_scale(*global_scale, x, "x");
+  RecipeCall call = prepare_recipe(x, global_scale, scale_layout, rowwise, columnwise, block_2d, hadamard_signs, seed,
+                                   offset);
+  const RecipeOptions& opt = call.opt;
+  const at::Tensor& input = call.input;
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor input = x.contiguous();
-  const RecipeGeometry geo = recipe_geometry(input);
-  const RecipeTiles tiles = tiles_of(geo);
-  const auto t_shape = columnwise ? transposed_shape(x) : std::vector<int64_t>{};
-  QuantizedOutputs row = allocate_direction(x.options(), x.sizes(), rowwise, swizzled);
-  QuantizedOutputs col = allocate_direction(x.options(), t_shape, columnwise, swizzled);
+  const RecipeTiles tiles = tiles_of(call.geo);
   at::Tensor g_row = at::empty({}, x.options().dtype(at::kFloat));
   at::Tensor g_col = at::empty({}, x.options().dtype(at::kFloat));
 
@@ -84,18 +80,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const float* src = source.const_data_ptr<float>();
   const Nvfp4Source row_source{src, source_is_amax, g_row.mutable_data_ptr<float>()};
   const Nvfp4Source col_source{src + 1, source_is_amax, g_col.mutable_data_ptr<float>()};
-  with_scale_index(swizzled && rowwise, x.sizes(), geo.col_blocks(), [&](auto row_index) {
-    with_scale_index(swizzled && columnwise, t_shape, geo.strips(), [&](auto col_index) {
+  with_scale_index(call.swizzled && rowwise, x.sizes(), call.geo.col_blocks(), [&](auto row_index) {
+    with_scale_index(call.swizzled && columnwise, call.t_shape, call.geo.strips(), [&](auto col_index) {
       launch_recipe<false>(input, tiles, opt, row_source, col_source,
-                           RecipeOut<decltype(row_index)>{bytes(row.data), bytes(row.scales), row_index},
-                           RecipeOut<decltype(col_index)>{bytes(col.data), bytes(col.scales), col_index}, nullptr,
-                           stream);
+                           RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},
+                           RecipeOut<decltype(col_index)>{bytes(call.col.data), bytes(call.col.scales), col_index},
+                           nullptr, stream);
     });
   });
   // A direction that is off still returns its g (that of the other direction's source).
   if (!rowwise) g_row.copy_(g_col);
   if (!columnwise) g_col.copy_(g_row);
-  return {row.data, row.scales, g_row, col.data, col.scales, g_col};
+  return {call.row.data, call.row.scales, g_row, call.col.data, call.col.scales, g_col};
 }
 
 }  // namespace fp4ops::cuda

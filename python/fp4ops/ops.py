@@ -54,23 +54,23 @@ def _check_scale_layout(scale_layout) -> None:
         raise ValueError(f"scale_layout: expected 'linear' or 'swizzled', got {scale_layout!r}")
 
 
-def _global_scale_tensor(global_scale, x: torch.Tensor):
+def _global_scale_tensor(global_scale, x: torch.Tensor, name: str = "global_scale", x_name: str = "x"):
     """None (computed from amax), a finite Python number > 0, or a trusted fp32 one-element tensor."""
     if global_scale is None:
         return None
     if isinstance(global_scale, torch.Tensor):
         if global_scale.dtype != torch.float32:
-            raise TypeError(f"global_scale: expected a float32 tensor, got {global_scale.dtype}")
+            raise TypeError(f"{name}: expected a float32 tensor, got {global_scale.dtype}")
         if global_scale.numel() != 1:
-            raise ValueError(f"global_scale: expected one element, got shape {tuple(global_scale.shape)}")
+            raise ValueError(f"{name}: expected one element, got shape {tuple(global_scale.shape)}")
         if global_scale.device != x.device:
-            raise ValueError(f"global_scale: expected a tensor on {x.device} (the device of x), got {global_scale.device}")
+            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of {x_name}), got {global_scale.device}")
         return global_scale
     if isinstance(global_scale, bool) or not isinstance(global_scale, (int, float)):
-        raise TypeError(f"global_scale: expected None, a float or a float32 tensor, got {type(global_scale).__name__}")
+        raise TypeError(f"{name}: expected None, a float or a float32 tensor, got {type(global_scale).__name__}")
     # Written as one comparison chain so NaN fails it too; the bounds are fp32's.
     if not (_FLT_HALF_MIN_SUBNORMAL < global_scale <= _FLT_MAX):
-        raise ValueError(f"global_scale: expected a finite value > 0 (as float32), got {global_scale}")
+        raise ValueError(f"{name}: expected a finite value > 0 (as float32), got {global_scale}")
     return torch.full((), global_scale, dtype=torch.float32, device=x.device)
 
 
@@ -200,7 +200,9 @@ def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: 
     return MXFP4Tensor(data, scales, scale_layout)
 
 
-def _check_quantized(q, block: int, scale_dtype: torch.dtype) -> None:
+def _check_quantized(q) -> None:
+    """data, scales (dtype, shape for the layout, device) of an NVFP4Tensor / MXFP4Tensor."""
+    block, scale_dtype = q.block, q.scale_dtype
     _check_tensor(q.data, "data")
     if q.data.dtype != torch.uint8:
         raise TypeError(f"data: expected uint8 (packed E2M1), got {q.data.dtype}")
@@ -218,17 +220,24 @@ def _check_quantized(q, block: int, scale_dtype: torch.dtype) -> None:
         raise ValueError(f"scales: expected a tensor on {q.data.device} (the device of data), got {q.scales.device}")
 
 
+def _decode_global_scale(q, name: str = "global_scale") -> torch.Tensor:
+    """An NVFP4Tensor's global scale as the ops take it: a float32 one-element tensor on data's
+    device (a finite Python number > 0 is converted)."""
+    g = _global_scale_tensor(q.global_scale, q.data, name, "data")
+    if g is None:
+        raise TypeError(f"{name}: expected a float32 tensor, got None")
+    return g
+
+
 def dequantize(q, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """NVFP4Tensor or MXFP4Tensor -> dense [..., K] of dtype (float32, float16 or bfloat16)."""
     _check_out_dtype(dtype)
     if isinstance(q, NVFP4Tensor):
-        _check_quantized(q, NVFP4_BLOCK, torch.float8_e4m3fn)
-        g = _global_scale_tensor(q.global_scale, q.data)
-        if g is None:
-            raise TypeError("global_scale: expected a float32 tensor, got None")
+        _check_quantized(q)
+        g = _decode_global_scale(q)
         return torch.ops.fp4ops.dequantize_nvfp4(q.data, q.scales, g, dtype, q.scale_layout)
     if isinstance(q, MXFP4Tensor):
-        _check_quantized(q, MXFP4_BLOCK, torch.float8_e8m0fnu)
+        _check_quantized(q)
         return torch.ops.fp4ops.dequantize_mxfp4(q.data, q.scales, dtype, q.scale_layout)
     raise TypeError(f"q: expected an NVFP4Tensor or MXFP4Tensor, got {type(q).__name__}")
 

@@ -17,6 +17,7 @@ class _PackedE2M1:
     data: torch.Tensor
     scale_layout: str
     block: ClassVar[int]  # elements per block scale
+    scale_dtype: ClassVar[torch.dtype]  # the scales' dtype in either layout
 
     @property
     def shape(self) -> torch.Size:
@@ -71,6 +72,7 @@ class NVFP4Tensor(_PackedE2M1):
     global_scale: torch.Tensor  # float32, 0-dim, on data's device
     scale_layout: str = "linear"
     block: ClassVar[int] = NVFP4_BLOCK
+    scale_dtype: ClassVar[torch.dtype] = torch.float8_e4m3fn
 
 
 @dataclass(frozen=True, repr=False)
@@ -81,3 +83,4 @@ class MXFP4Tensor(_PackedE2M1):
     scales: torch.Tensor  # float8_e8m0fnu [..., K/32], or swizzled (SPEC 4)
     scale_layout: str = "linear"
     block: ClassVar[int] = MXFP4_BLOCK
+    scale_dtype: ClassVar[torch.dtype] = torch.float8_e8m0fnu
