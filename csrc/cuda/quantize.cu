@@ -102,13 +102,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& 
   check_float_input(x, "x");
   check_last_dim_multiple(x, "x", kNvfp4Block);
   const bool swizzled = parse_scale_layout(scale_layout);
+  // Before the guard: a CPU x with a CUDA global_scale dispatches here too.
+  if (global_scale.has_value()) check_global_scale(*global_scale, x, "x");
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor input = x.contiguous();
   QuantizedOutputs out = allocate_quantized(x, kNvfp4Block, at::kFloat8_e4m3fn, swizzled);
   at::Tensor g = at::empty({}, x.options().dtype(at::kFloat));
   if (global_scale.has_value()) {
-    check_global_scale(*global_scale, x, "x");
     const at::Tensor given = global_scale->reshape({}).contiguous();
     launch_quantize(input, Nvfp4Source{given.const_data_ptr<float>(), false, g.mutable_data_ptr<float>()}, out, swizzled, stream);
   } else if (input.numel() <= kSingleBlockMaxNumel) {
