@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from conftest import assert_exact, assert_same_bytes
+from test_properties import FORMATS, assert_within_half_a_grid_step, quantize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,3 +74,12 @@ def test_rceil_round_trip_never_clips(x):
     checked = (torch.isfinite(blocks).all(-1) & (blocks.abs().amax(-1) <= 2.0**127)).repeat_interleave(32, dim=-1)
     err = (y - xf.double()).abs()[checked]
     assert (err <= scale[checked] * (1.0 + 2.0**-20)).all()
+
+
+@PROPERTY_SETTINGS
+@given(x=tensors(block=32), fmt=st.sampled_from(FORMATS))
+def test_round_trip_within_specs_bound(x, fmt):
+    """dequantize(quantize(x)) within SPEC's bound for every finite x (special values are the
+    matches-reference tests' business: a block holding one decodes to NaN)."""
+    x = torch.nan_to_num(x.float(), nan=0.0, posinf=1.0, neginf=-1.0).to(x.dtype)
+    assert_within_half_a_grid_step(x, quantize(x, fmt), fmt)

@@ -3,8 +3,10 @@
 # each, and prints one summary line per tool. The caching allocator is off so memcheck sees every
 # allocation's true bounds.
 #
-#   tools/sanitize.sh [pytest selection...]      default: the CUDA op and GEMV tests, without the
-#                                                  2^31-element ones (hours under memcheck)
+#   tools/sanitize.sh [pytest selection...]      default: the CUDA op, GEMV, recipe, swizzle,
+#                                                  bad-input and determinism tests, without the
+#                                                  2^31-element ones and two slow statistics
+#                                                  tests (hours under memcheck)
 #   SANITIZER_LOG_DIR=dir                          where the logs go (default: sanitizer-logs)
 #   SANITIZER_TOOLS="memcheck racecheck"           a subset of the tools
 #
@@ -13,7 +15,8 @@ set -u
 log_dir=${SANITIZER_LOG_DIR:-sanitizer-logs}
 tools=${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}
 if [ "$#" -eq 0 ]; then
-  set -- tests/test_cuda_ops.py tests/test_gemv.py --deselect tests/test_cuda_ops.py::test_more_than_2_pow_31_elements
+  set -- tests/test_cuda_ops.py tests/test_gemv.py tests/test_recipe.py tests/test_swizzle.py \
+    tests/test_bad_inputs.py tests/test_determinism.py -k "not more_than_2_pow_31 and not unbiased and not 4352"
 fi
 mkdir -p "$log_dir"
 status=0
