@@ -34,7 +34,7 @@ def recipe_op(x, g, layout, rowwise, columnwise, opt, seed, offset):
 def check_against_reference(x: torch.Tensor, g, rowwise: bool, columnwise: bool, opt, device: str) -> None:
     seed, offset = int(torch.randint(0, 2**62, ())), int(torch.randint(0, 2**40, ()))
     b2, h, sr = opt
-    want = reference.quantize_nvfp4_recipe(x, g, rowwise=rowwise, columnwise=columnwise, block_2d=b2,
+    want = reference.quantize_nvfp4_recipe(x.cpu(), g, rowwise=rowwise, columnwise=columnwise, block_2d=b2,
                                            hadamard_signs=h, seed=seed if sr else None, offset=offset)
     g_dev = None if g is None else torch.tensor(g, device=device)
     for layout in ("linear", "swizzled"):
@@ -66,11 +66,25 @@ def test_rowwise_and_columnwise_match_reference(shape, dtype, opt, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
-@pytest.mark.parametrize("shape", [(37, 64), (3, 20, 48), (128,)], ids=str)
-def test_rowwise_only_partial_strips_match_reference(shape, opt, device):
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+# Rowwise only with 1D scales and 16-bit x takes the per-block kernel on CUDA; (2, 128, 256) has
+# no swizzle padding, so it walks the blocks in swizzled-memory order there.
+@pytest.mark.parametrize("shape", [(37, 64), (3, 20, 48), (128,), (2, 128, 256)], ids=str)
+def test_rowwise_only_match_reference(shape, dtype, opt, device):
     if opt[0] and len(shape) < 2:
         pytest.skip("2D blocks need 2 dimensions")
-    check_against_reference(recipe_input(shape, torch.bfloat16), None, True, False, opt, device)
+    check_against_reference(recipe_input(shape, dtype), None, True, False, opt, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
+@pytest.mark.parametrize("columnwise", [False, True])
+def test_unaligned_input(columnwise, opt, device):
+    """x starting 2 bytes past a 16-byte boundary: the kernels' unaligned load path."""
+    storage = recipe_input((1, 32 * 64 + 1), torch.bfloat16).to(device)
+    x = storage[0, 1:].reshape(32, 64)
+    assert x.data_ptr() % 16 != 0
+    check_against_reference(x, None, True, columnwise, opt, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)

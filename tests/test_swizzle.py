@@ -14,7 +14,10 @@ from fp4ops import reference
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 # (logical shape of x) with rows around the 128-row atom and scale columns around the 4-column
 # one (K / 16 = 3, 4, 5 and K / 32 = 1, 2, 3).
-SHAPES = [(64,), (96,), (1, 48), (127, 64), (128, 160), (129, 96), (300, 32 * 5), (2, 3, 64), (3, 130, 96)]
+# (128, 256) and (2, 256, 128) have no padding: the CUDA quantizers then walk the blocks in
+# swizzled-memory order.
+SHAPES = [(64,), (96,), (1, 48), (127, 64), (128, 160), (129, 96), (300, 32 * 5), (2, 3, 64), (3, 130, 96), (128, 256),
+          (2, 256, 128)]
 SCALE_DTYPES = [torch.float8_e4m3fn, torch.float8_e8m0fnu]
 
 

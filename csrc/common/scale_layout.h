@@ -10,10 +10,15 @@
 
 namespace fp4ops {
 
+// The quantizers walk their blocks as "items" 0, 1, 2, ... in an order the layout picks, so that
+// consecutive items (a warp's lanes) store consecutive scale bytes: item u is block
+// block_at(u), whose scale byte sits at scale_at(u, block). Linear: the identity.
 struct LinearScales {
   FP4OPS_HD int64_t offset(int64_t s) const { return s; }
   // Scale s, known to be (matrix, row i, column j): s itself.
   FP4OPS_HD int64_t offset(int64_t s, int64_t, int64_t, int64_t) const { return s; }
+  FP4OPS_HD int64_t block_at(int64_t item) const { return item; }
+  FP4OPS_HD int64_t scale_at(int64_t, int64_t block) const { return block; }
 };
 
 // Scales of a tensor [..., rows, K] with cols = K / block scale columns per row: each leading
@@ -25,10 +30,19 @@ struct SwizzledScales {
   int64_t col_atoms;     // ceil(cols / 4)
   int64_t matrix_bytes;  // ceil(rows / 128) * 128 * col_atoms * 4
   bool index_fits_32;    // every linear scale index < 2^32: 32-bit divisions in offset(s)
+  // No padding: the swizzled bytes are a permutation of the blocks, and the quantizers walk
+  // them in memory order (a warp's 32 one-byte scale stores fill one 32-byte sector instead of
+  // touching eight). With padding they walk the blocks in row-major order.
+  bool memory_order;
 
   static SwizzledScales make(int64_t rows, int64_t cols, int64_t total_scales) {
     const int64_t col_atoms = (cols + 3) / 4;
-    return {rows, cols, col_atoms, (rows + 127) / 128 * 128 * col_atoms * 4, total_scales < (int64_t{1} << 32)};
+    return {rows,
+            cols,
+            col_atoms,
+            (rows + 127) / 128 * 128 * col_atoms * 4,
+            total_scales < (int64_t{1} << 32),
+            rows % 128 == 0 && cols % 4 == 0};
   }
 
   // Whether a swizzled matrix has padding bytes (which must be zeroed before the kernels run).
@@ -55,6 +69,29 @@ struct SwizzledScales {
     }
     return offset(matrix, row - matrix * rows, s - row * cols);
   }
+
+  // The block whose scale sits at byte `item` (memory order; only without padding): SPEC 4's
+  // formula inverted, (i % 32) = bits 4..8, (i / 32) % 4 = bits 2..3, j % 4 = bits 0..1.
+  FP4OPS_HD int64_t block_at(int64_t item) const {
+    if (!memory_order) return item;
+    int64_t matrix, atom;
+    if (index_fits_32) {
+      const uint32_t m32 = static_cast<uint32_t>(item) / static_cast<uint32_t>(matrix_bytes);
+      matrix = m32;
+      atom = static_cast<uint32_t>(item - matrix * matrix_bytes) >> 9;
+    } else {
+      matrix = item / matrix_bytes;
+      atom = (item - matrix * matrix_bytes) >> 9;
+    }
+    const int64_t row_atom = index_fits_32 ? static_cast<uint32_t>(atom) / static_cast<uint32_t>(col_atoms)
+                                           : atom / col_atoms;
+    const int64_t within = item & 511;
+    const int64_t i = row_atom * 128 + ((within >> 2) & 3) * 32 + (within >> 4);
+    const int64_t j = (atom - row_atom * col_atoms) * 4 + (within & 3);
+    return (matrix * rows + i) * cols + j;
+  }
+
+  FP4OPS_HD int64_t scale_at(int64_t item, int64_t block) const { return memory_order ? item : offset(block); }
 };
 
 }  // namespace fp4ops

@@ -60,8 +60,12 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
   using Codes = std::conditional_t<kN == 16, uint2, uint32_t>;  // kN / 2 bytes of codes
   const int lane = threadIdx.x % 32;
   for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += stride) {
-    const int64_t c = warp_base + lane;
-    const bool active = c < num_chunks;
+    // Work item u (scale-memory order, see ScaleIndex) is chunk c: lane u % kLanesPerBlock of
+    // block u / kLanesPerBlock's position in the layout's walk.
+    const int64_t u = warp_base + lane;
+    const bool active = u < num_chunks;
+    const int64_t block = active ? scale_index.block_at(u / kLanesPerBlock) : 0;
+    const int64_t c = block * kLanesPerBlock + u % kLanesPerBlock;
     float v[kN] = {};
     if (active) load_chunk32<T, kAligned>(x, c, v);
     uint32_t m = max_abs_bits(v);
@@ -78,7 +82,7 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
     }
     if (active) {
       __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
-      if (c % kLanesPerBlock == 0) scales[scale_index.offset(c / kLanesPerBlock)] = static_cast<uint8_t>(enc.scale_code);
+      if (u % kLanesPerBlock == 0) scales[scale_index.scale_at(u / kLanesPerBlock, block)] = static_cast<uint8_t>(enc.scale_code);
     }
   }
 }

@@ -1,5 +1,6 @@
 // Launcher of quantize_nvfp4_recipe: checks, outputs, the global scales (given, from the plain
-// amax, or from the rotated amax pass of the same tile kernel), then one quantize pass.
+// amax, or from a rotated-amax pass of the quantizing kernel), then one quantize pass: the
+// per-block rowwise kernel where it applies, else the tile kernel.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -46,6 +47,33 @@ void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const Reci
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Rowwise only with 1D scales from 16-bit x: recipe_rowwise_kernel (one thread per block, the
+// plain quantizer's access pattern) instead of the tile kernel.
+bool takes_rowwise_kernel(const RecipeOptions& opt, const at::Tensor& input) {
+  return opt.rowwise && !opt.columnwise && !opt.block_2d && input.element_size() == 2;
+}
+
+template <bool kAmaxOnly, class Index>
+void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, const Nvfp4Source& source,
+                           const RecipeOut<Index>& out, uint32_t* amax_bits, cudaStream_t stream) {
+  const int64_t num_blocks = input.numel() / kNvfp4Block;
+  const unsigned grid = grid_for(num_blocks, kRecipeThreads);  // >= 1: block 0 publishes g
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2) {
+      const T* x = static_cast<const T*>(input.const_data_ptr());
+      if (is_aligned(x, 16)) {
+        recipe_rowwise_kernel<T, true, kAmaxOnly, Index><<<grid, kRecipeThreads, 0, stream>>>(x, num_blocks, opt,
+                                                                                              source, out, amax_bits);
+      } else {
+        recipe_rowwise_kernel<T, false, kAmaxOnly, Index><<<grid, kRecipeThreads, 0, stream>>>(x, num_blocks, opt,
+                                                                                               source, out, amax_bits);
+      }
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 uint8_t* bytes(at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
 }  // namespace
@@ -60,6 +88,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const RecipeTiles tiles = tiles_of(call.geo);
+  const bool rowwise_kernel = takes_rowwise_kernel(opt, input);
   at::Tensor g_row = at::empty({}, x.options().dtype(at::kFloat));
   at::Tensor g_col = at::empty({}, x.options().dtype(at::kFloat));
 
@@ -72,8 +101,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   } else if (opt.hadamard_signs >= 0) {
     source = at::zeros({2}, x.options().dtype(at::kFloat));
     uint32_t* amax_bits = reinterpret_cast<uint32_t*>(source.mutable_data_ptr<float>());
-    launch_recipe<true>(input, tiles, opt, Nvfp4Source{}, Nvfp4Source{}, RecipeOut<LinearScales>{},
-                        RecipeOut<LinearScales>{}, amax_bits, stream);
+    if (rowwise_kernel) {
+      launch_recipe_rowwise<true>(input, opt, Nvfp4Source{}, RecipeOut<LinearScales>{}, amax_bits, stream);
+    } else {
+      launch_recipe<true>(input, tiles, opt, Nvfp4Source{}, Nvfp4Source{}, RecipeOut<LinearScales>{},
+                          RecipeOut<LinearScales>{}, amax_bits, stream);
+    }
   } else {
     source = fp4ops::cuda::amax(input).reshape({1}).expand({2}).contiguous();
   }
@@ -81,6 +114,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const Nvfp4Source row_source{src, source_is_amax, g_row.mutable_data_ptr<float>()};
   const Nvfp4Source col_source{src + 1, source_is_amax, g_col.mutable_data_ptr<float>()};
   with_scale_index(call.swizzled && rowwise, x.sizes(), call.geo.col_blocks(), [&](auto row_index) {
+    if (rowwise_kernel) {
+      launch_recipe_rowwise<false>(input, opt, row_source,
+                                   RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},
+                                   nullptr, stream);
+      return;
+    }
     with_scale_index(call.swizzled && columnwise, call.t_shape, call.geo.strips(), [&](auto col_index) {
       launch_recipe<false>(input, tiles, opt, row_source, col_source,
                            RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},

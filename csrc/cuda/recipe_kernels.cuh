@@ -51,12 +51,12 @@ __device__ __forceinline__ uint32_t finite_max_bits16(const float (&v)[16]) {
   return m;
 }
 
-// Encode one block and store its 8 code bytes and its scale. `max_bits` >= kInfBits: non-finite.
-// Block b of the output is (matrix m, row i, scale column j) of its scale matrix.
+// Encode one block and store its 8 code bytes and its scale (at byte scale_offset of the scales).
+// `max_bits` >= kInfBits: non-finite. b is the block's index in its direction's output.
 template <class ScaleIndex>
-__device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, int64_t b, int64_t m, int64_t i,
-                                            int64_t j, const float (&v)[16], uint32_t max_bits,
-                                            const Nvfp4Format& format, const RecipeOptions& opt, bool columnwise) {
+__device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, int64_t b, int64_t scale_offset,
+                                            const float (&v)[16], uint32_t max_bits, const Nvfp4Format& format,
+                                            const RecipeOptions& opt, bool columnwise) {
   const bool finite = max_bits < kInfBits;
   const BlockEncoding enc = format.encode(finite ? __uint_as_float(max_bits) : 0.0f, finite);
   Philox4 random;
@@ -64,7 +64,7 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
   alignas(8) uint8_t codes[8];
   encode_block16(v, enc, opt.stochastic ? &random : nullptr, codes);
   __stcs(reinterpret_cast<uint2*>(out.data) + b, *reinterpret_cast<const uint2*>(codes));
-  out.scales[out.index.offset(b, m, i, j)] = static_cast<uint8_t>(enc.scale_code);
+  out.scales[scale_offset] = static_cast<uint8_t>(enc.scale_code);
 }
 
 // kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
@@ -132,8 +132,8 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
         row_amax = max(row_amax, finite_max_bits16(v));
       } else if (valid) {
         const int64_t b = (m * tiles.rows + r) * tiles.nb + cb;
-        store_block(row_out, b, m, r, cb, v, opt.block_2d ? tile_max(tr / 16, tb) : max_abs_bits(v), row_format, opt,
-                    false);
+        store_block(row_out, b, row_out.index.offset(b, m, r, cb), v,
+                    opt.block_2d ? tile_max(tr / 16, tb) : max_abs_bits(v), row_format, opt, false);
       }
     }
     if (opt.columnwise) {  // rows are a multiple of 16 here: a strip is whole or past the end
@@ -148,8 +148,8 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
         if (valid_column) col_amax = max(col_amax, finite_max_bits16(u));
       } else if (valid_column) {
         const int64_t b = (m * tiles.k + c) * tiles.strips + s;
-        store_block(col_out, b, m, c, s, u, opt.block_2d ? tile_max(sl, cl / 16) : max_abs_bits(u), col_format, opt,
-                    true);
+        store_block(col_out, b, col_out.index.offset(b, m, c, s), u,
+                    opt.block_2d ? tile_max(sl, cl / 16) : max_abs_bits(u), col_format, opt, true);
       }
     }
     if (shared) __syncthreads();  // the next tile reuses shared memory
@@ -159,6 +159,43 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
     col_amax = block_reduce_max(col_amax, scratch);
     if (t == 0 && row_amax != 0) atomicMax(amax_bits, row_amax);
     if (t == 0 && col_amax != 0) atomicMax(amax_bits + 1, col_amax);
+  }
+}
+
+// Rowwise only, 1D scales, 16-bit x (the rotation and stochastic rounding are per block): one
+// thread per 16-element block, as in the plain quantizer, so a warp reads 1 KiB and stores
+// 256 code bytes and 32 scale bytes, each sector-complete (the tile kernel's warp spans 8 rows and
+// touches 8 scale sectors). Same block index b, rotation and encoding as recipe_kernel, hence
+// the same bits. kAmaxOnly: reduce the rotated finite max into amax_bits[0] and store nothing.
+template <typename T, bool kAligned, bool kAmaxOnly, class ScaleIndex>
+__global__ void __launch_bounds__(kRecipeThreads)
+recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions opt, Nvfp4Source source,
+                      RecipeOut<ScaleIndex> out, uint32_t* __restrict__ amax_bits) {
+  static_assert(kElemsPer32Bytes<T> == 16, "one 16-element block per 32-byte chunk");
+  __shared__ uint32_t scratch[32];
+  Nvfp4Format format{1.0f};
+  if constexpr (!kAmaxOnly) {
+    format = source.make();
+    source.publish(format);
+  }
+  const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
+  const bool rotate = opt.hadamard_signs >= 0;
+  uint32_t amax = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < num_blocks; u += stride) {
+    const int64_t b = out.index.block_at(u);
+    float v[16];
+    load_chunk32<T, kAligned>(x, b, v);
+    if (rotate) hadamard16(v, signs);
+    if constexpr (kAmaxOnly) {
+      amax = max(amax, finite_max_bits16(v));
+    } else {
+      store_block(out, b, out.index.scale_at(u, b), v, max_abs_bits(v), format, opt, false);
+    }
+  }
+  if constexpr (kAmaxOnly) {
+    amax = block_reduce_max(amax, scratch);
+    if (threadIdx.x == 0 && amax != 0) atomicMax(amax_bits, amax);
   }
 }
 
