@@ -10,6 +10,32 @@
 
 namespace fp4ops {
 
+// n / d for 32-bit n by a multiply and shifts (Granlund-Montgomery), d fixed per launch: the
+// per-block index math of the swizzled layout would otherwise cost two ~20-instruction integer
+// divisions, a visible share of the ALU-bound 16-bit quantizers.
+struct FastDivU32 {
+  uint32_t d;
+  uint32_t magic;
+  uint32_t shift;  // ceil(log2(d))
+
+  static FastDivU32 make(uint32_t d) {
+    uint32_t l = 0;
+    while ((uint64_t{1} << l) < d) ++l;
+    const uint64_t magic = (uint64_t{1} << 32) * ((uint64_t{1} << l) - d) / d + 1;
+    return {d, static_cast<uint32_t>(magic), l};
+  }
+
+  FP4OPS_HD uint32_t div(uint32_t n) const {
+    if (d == 1) return n;
+#ifdef __CUDA_ARCH__
+    const uint32_t t = __umulhi(magic, n);
+#else
+    const uint32_t t = static_cast<uint32_t>((static_cast<uint64_t>(magic) * n) >> 32);
+#endif
+    return (t + ((n - t) >> 1)) >> (shift - 1);
+  }
+};
+
 // The quantizers walk their blocks as "items" 0, 1, 2, ... in an order the layout picks, so that
 // consecutive items (a warp's lanes) store consecutive scale bytes: item u is block
 // block_at(u), whose scale byte sits at scale_at(u, block). Linear: the identity.
@@ -29,20 +55,30 @@ struct SwizzledScales {
   int64_t cols;          // scale columns per row
   int64_t col_atoms;     // ceil(cols / 4)
   int64_t matrix_bytes;  // ceil(rows / 128) * 128 * col_atoms * 4
-  bool index_fits_32;    // every linear scale index < 2^32: 32-bit divisions in offset(s)
+  bool index_fits_32;    // every scale index and offset < 2^32: 32-bit index math
   // No padding: the swizzled bytes are a permutation of the blocks, and the quantizers walk
   // them in memory order (a warp's 32 one-byte scale stores fill one 32-byte sector instead of
   // touching eight). With padding they walk the blocks in row-major order.
   bool memory_order;
+  // The four divisors of the index math, for indices < 2^32 (index_fits_32); 1 where they would
+  // not fit 32 bits (then only the 64-bit path runs).
+  FastDivU32 by_rows, by_cols, by_col_atoms, by_matrix_bytes;
 
   static SwizzledScales make(int64_t rows, int64_t cols, int64_t total_scales) {
     const int64_t col_atoms = (cols + 3) / 4;
+    const int64_t matrix_bytes = (rows + 127) / 128 * 128 * col_atoms * 4;
+    const bool fits = total_scales < (int64_t{1} << 32) && matrix_bytes < (int64_t{1} << 32);
+    const auto divisor = [&](int64_t d) { return FastDivU32::make(fits && d > 0 ? static_cast<uint32_t>(d) : 1); };
     return {rows,
             cols,
             col_atoms,
-            (rows + 127) / 128 * 128 * col_atoms * 4,
-            total_scales < (int64_t{1} << 32),
-            rows % 128 == 0 && cols % 4 == 0};
+            matrix_bytes,
+            fits,
+            rows % 128 == 0 && cols % 4 == 0,
+            divisor(rows),
+            divisor(cols),
+            divisor(col_atoms),
+            divisor(matrix_bytes)};
   }
 
   // Whether a swizzled matrix has padding bytes (which must be zeroed before the kernels run).
@@ -60,9 +96,9 @@ struct SwizzledScales {
   FP4OPS_HD int64_t offset(int64_t s) const {
     int64_t row, matrix;
     if (index_fits_32) {
-      const uint32_t row32 = static_cast<uint32_t>(s) / static_cast<uint32_t>(cols);
+      const uint32_t row32 = by_cols.div(static_cast<uint32_t>(s));
       row = row32;
-      matrix = row32 / static_cast<uint32_t>(rows);
+      matrix = by_rows.div(row32);
     } else {
       row = s / cols;
       matrix = row / rows;
@@ -74,17 +110,16 @@ struct SwizzledScales {
   // formula inverted, (i % 32) = bits 4..8, (i / 32) % 4 = bits 2..3, j % 4 = bits 0..1.
   FP4OPS_HD int64_t block_at(int64_t item) const {
     if (!memory_order) return item;
-    int64_t matrix, atom;
+    int64_t matrix, atom, row_atom;
     if (index_fits_32) {
-      const uint32_t m32 = static_cast<uint32_t>(item) / static_cast<uint32_t>(matrix_bytes);
-      matrix = m32;
+      matrix = by_matrix_bytes.div(static_cast<uint32_t>(item));
       atom = static_cast<uint32_t>(item - matrix * matrix_bytes) >> 9;
+      row_atom = by_col_atoms.div(static_cast<uint32_t>(atom));
     } else {
       matrix = item / matrix_bytes;
       atom = (item - matrix * matrix_bytes) >> 9;
+      row_atom = atom / col_atoms;
     }
-    const int64_t row_atom = index_fits_32 ? static_cast<uint32_t>(atom) / static_cast<uint32_t>(col_atoms)
-                                           : atom / col_atoms;
     const int64_t within = item & 511;
     const int64_t i = row_atom * 128 + ((within >> 2) & 3) * 32 + (within >> 4);
     const int64_t j = (atom - row_atom * col_atoms) * 4 + (within & 3);
