@@ -110,19 +110,20 @@ struct SwizzledScales {
   // formula inverted, (i % 32) = bits 4..8, (i / 32) % 4 = bits 2..3, j % 4 = bits 0..1.
   FP4OPS_HD int64_t block_at(int64_t item) const {
     if (!memory_order) return item;
-    int64_t matrix, atom, row_atom;
-    if (index_fits_32) {
-      matrix = by_matrix_bytes.div(static_cast<uint32_t>(item));
-      atom = static_cast<uint32_t>(item - matrix * matrix_bytes) >> 9;
-      row_atom = by_col_atoms.div(static_cast<uint32_t>(atom));
-    } else {
-      matrix = item / matrix_bytes;
-      atom = (item - matrix * matrix_bytes) >> 9;
-      row_atom = atom / col_atoms;
+    if (index_fits_32) {  // all in 32 bits: this runs once per block on the quantizers' hot path
+      const uint32_t o = static_cast<uint32_t>(item);
+      const uint32_t matrix = by_matrix_bytes.div(o);
+      const uint32_t atom = (o - matrix * static_cast<uint32_t>(matrix_bytes)) >> 9;
+      const uint32_t row_atom = by_col_atoms.div(atom);
+      const uint32_t i = row_atom * 128 + ((o >> 2) & 3) * 32 + ((o >> 4) & 31);
+      const uint32_t j = (atom - row_atom * static_cast<uint32_t>(col_atoms)) * 4 + (o & 3);
+      return (matrix * static_cast<uint32_t>(rows) + i) * static_cast<uint32_t>(cols) + j;
     }
-    const int64_t within = item & 511;
-    const int64_t i = row_atom * 128 + ((within >> 2) & 3) * 32 + (within >> 4);
-    const int64_t j = (atom - row_atom * col_atoms) * 4 + (within & 3);
+    const int64_t matrix = item / matrix_bytes;
+    const int64_t atom = (item - matrix * matrix_bytes) >> 9;
+    const int64_t row_atom = atom / col_atoms;
+    const int64_t i = row_atom * 128 + ((item >> 2) & 3) * 32 + ((item >> 4) & 31);
+    const int64_t j = (atom - row_atom * col_atoms) * 4 + (item & 3);
     return (matrix * rows + i) * cols + j;
   }
 
