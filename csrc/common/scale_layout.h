@@ -60,9 +60,9 @@ struct SwizzledScales {
   // them in memory order (a warp's 32 one-byte scale stores fill one 32-byte sector instead of
   // touching eight). With padding they walk the blocks in row-major order.
   bool memory_order;
-  // The four divisors of the index math, for indices < 2^32 (index_fits_32); 1 where they would
-  // not fit 32 bits (then only the 64-bit path runs).
-  FastDivU32 by_rows, by_cols, by_col_atoms, by_matrix_bytes;
+  // The divisors of the index math, for indices < 2^32 (index_fits_32); 1 where they would not
+  // fit 32 bits (then only the 64-bit path runs).
+  FastDivU32 by_rows, by_cols, by_col_atoms;
 
   static SwizzledScales make(int64_t rows, int64_t cols, int64_t total_scales) {
     const int64_t col_atoms = (cols + 3) / 4;
@@ -77,8 +77,7 @@ struct SwizzledScales {
             rows % 128 == 0 && cols % 4 == 0,
             divisor(rows),
             divisor(cols),
-            divisor(col_atoms),
-            divisor(matrix_bytes)};
+            divisor(col_atoms)};
   }
 
   // Whether a swizzled matrix has padding bytes (which must be zeroed before the kernels run).
@@ -107,24 +106,23 @@ struct SwizzledScales {
   }
 
   // The block whose scale sits at byte `item` (memory order; only without padding): SPEC 4's
-  // formula inverted, (i % 32) = bits 4..8, (i / 32) % 4 = bits 2..3, j % 4 = bits 0..1.
+  // formula inverted, (i % 32) = bits 4..8, (i / 32) % 4 = bits 2..3, j % 4 = bits 0..1, the atom
+  // = bits 9 and up. Without padding the matrices' atom rows simply stack (rows is a multiple of
+  // 128), so one division by col_atoms gives the global atom row and the matrix drops out.
   FP4OPS_HD int64_t block_at(int64_t item) const {
     if (!memory_order) return item;
     if (index_fits_32) {  // all in 32 bits: this runs once per block on the quantizers' hot path
       const uint32_t o = static_cast<uint32_t>(item);
-      const uint32_t matrix = by_matrix_bytes.div(o);
-      const uint32_t atom = (o - matrix * static_cast<uint32_t>(matrix_bytes)) >> 9;
-      const uint32_t row_atom = by_col_atoms.div(atom);
-      const uint32_t i = row_atom * 128 + ((o >> 2) & 3) * 32 + ((o >> 4) & 31);
-      const uint32_t j = (atom - row_atom * static_cast<uint32_t>(col_atoms)) * 4 + (o & 3);
-      return (matrix * static_cast<uint32_t>(rows) + i) * static_cast<uint32_t>(cols) + j;
+      const uint32_t atom = o >> 9;
+      const uint32_t atom_row = by_col_atoms.div(atom);
+      const uint32_t row = atom_row * 128 + ((o >> 2) & 3) * 32 + ((o >> 4) & 31);
+      const uint32_t j = (atom - atom_row * static_cast<uint32_t>(col_atoms)) * 4 + (o & 3);
+      return row * static_cast<uint32_t>(cols) + j;
     }
-    const int64_t matrix = item / matrix_bytes;
-    const int64_t atom = (item - matrix * matrix_bytes) >> 9;
-    const int64_t row_atom = atom / col_atoms;
-    const int64_t i = row_atom * 128 + ((item >> 2) & 3) * 32 + ((item >> 4) & 31);
-    const int64_t j = (atom - row_atom * col_atoms) * 4 + (item & 3);
-    return (matrix * rows + i) * cols + j;
+    const int64_t atom = item >> 9;
+    const int64_t atom_row = atom / col_atoms;
+    const int64_t row = atom_row * 128 + ((item >> 2) & 3) * 32 + ((item >> 4) & 31);
+    return row * cols + (atom - atom_row * col_atoms) * 4 + (item & 3);
   }
 
   FP4OPS_HD int64_t scale_at(int64_t item, int64_t block) const { return memory_order ? item : offset(block); }
