@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FLOAT_DTYPES, HAS_CUDA, assert_exact, assert_same_bytes
+from conftest import FLOAT_DTYPES, HAS_CUDA, assert_exact, assert_same_bytes, requires_cuda
 
 import fp4ops
 from fp4ops import reference
@@ -113,6 +113,20 @@ def test_swizzled_across_the_single_launch_threshold(numel, device):
     x = torch.randn(numel // 64, 64, dtype=torch.bfloat16, device=device)
     linear = fp4ops.quantize_nvfp4(x)
     swizzled = fp4ops.quantize_nvfp4(x, scale_layout="swizzled")
+    assert_same_bytes(swizzled.scales, reference.swizzle_scales(linear.scales.cpu()), "scales")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fmt", ["nvfp4_given_scale", "mxfp4_floor"])
+@pytest.mark.parametrize("shape", [(32768, 512), (2, 16384, 512)], ids=str)
+def test_swizzled_over_many_grid_strides(shape, fmt, dtype):
+    """Large enough that each thread of the CUDA quantizer takes several grid-stride steps, which
+    (no padding here) advance its block index by whole 128-row atom bands."""
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    linear = quantize(x, fmt, "linear")
+    swizzled = quantize(x, fmt, "swizzled")
+    assert_same_bytes(swizzled.data, linear.data, "data")
     assert_same_bytes(swizzled.scales, reference.swizzle_scales(linear.scales.cpu()), "scales")
 
 
