@@ -45,8 +45,6 @@ struct LinearScales {
   FP4OPS_HD int64_t offset(int64_t s, int64_t, int64_t, int64_t) const { return s; }
   FP4OPS_HD int64_t block_at(int64_t item) const { return item; }
   FP4OPS_HD int64_t scale_at(int64_t, int64_t block) const { return block; }
-  // How far block_at moves when the item advances by item_stride (< 0: not by a constant).
-  FP4OPS_HD int64_t block_step(int64_t item_stride) const { return item_stride; }
 };
 
 // Scales of a tensor [..., rows, K] with cols = K / block scale columns per row: each leading
@@ -128,17 +126,6 @@ struct SwizzledScales {
   }
 
   FP4OPS_HD int64_t scale_at(int64_t item, int64_t block) const { return memory_order ? item : offset(block); }
-
-  // Items per 128-row band of atoms (all scale columns): the memory-order walk's period.
-  FP4OPS_HD int64_t atom_row_items() const { return 512 * col_atoms; }
-
-  // An item stride of whole atom rows moves every block down by 128 rows per atom row, so a
-  // thread can add a constant instead of redoing block_at; any other stride: -1.
-  FP4OPS_HD int64_t block_step(int64_t item_stride) const {
-    if (!memory_order) return item_stride;
-    if (item_stride % atom_row_items() != 0) return -1;
-    return item_stride / atom_row_items() * 128 * cols;
-  }
 };
 
 }  // namespace fp4ops

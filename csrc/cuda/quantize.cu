@@ -4,8 +4,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <type_traits>
-
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
@@ -40,20 +38,6 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Swizzled scales walked in memory order: a grid whose stride is whole 128-row atom bands lets each
-// thread step its block index by a constant (SwizzledScales::block_step). Rounds down, so the
-// grid stays within grid_for's bound; too small a grid keeps the per-step index math.
-template <class Index>
-unsigned grid_for_walk(unsigned grid, const Index& index, int64_t lanes_per_block) {
-  if constexpr (std::is_same_v<Index, SwizzledScales>) {
-    const int64_t blocks_per_band = index.atom_row_items() * lanes_per_block / kThreads;
-    if (index.memory_order && blocks_per_band > 0 && grid >= blocks_per_band) {
-      return static_cast<unsigned>(grid / blocks_per_band * blocks_per_band);
-    }
-  }
-  return grid;
-}
-
 // K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16
 // (16 elements) or fp32 (8 elements); 32 fp32 elements also fill whole MXFP4 blocks.
 // Scales go where `swizzled` says (SPEC 4); swizzled outputs were allocated zeroed.
@@ -67,11 +51,9 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
     const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
+    const unsigned grid = grid_for(num_chunks, kThreads);  // >= 1: block 0 also publishes g
     with_scale_index(swizzled, input.sizes(), cols, [&](auto scale_index) {
       using Index = decltype(scale_index);
-      constexpr int64_t kLanesPerBlock = Source::Format::kBlock / kElemsPer32Bytes<T>;
-      // >= 1: block 0 also publishes g
-      const unsigned grid = grid_for_walk(grid_for(num_chunks, kThreads), scale_index, kLanesPerBlock);
       if (is_aligned(x, 16)) {
         quantize_kernel<T, true, Source, Index><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
       } else {

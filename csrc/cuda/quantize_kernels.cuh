@@ -59,15 +59,12 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
   constexpr int kLanesPerBlock = Format::kBlock / kN;
   using Codes = std::conditional_t<kN == 16, uint2, uint32_t>;  // kN / 2 bytes of codes
   const int lane = threadIdx.x % 32;
-  // Work item u (scale-memory order, see ScaleIndex) is chunk c: lane u % kLanesPerBlock of the
-  // block at position u / kLanesPerBlock of the layout's walk. Where the stride allows, the block
-  // advances by a constant per step instead of being recomputed.
-  const int64_t block_step = scale_index.block_step(stride / kLanesPerBlock);
-  int64_t stepped_block = scale_index.block_at(first / kLanesPerBlock);
-  for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += stride, stepped_block += block_step) {
+  for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += stride) {
+    // Work item u (scale-memory order, see ScaleIndex) is chunk c: lane u % kLanesPerBlock of
+    // block u / kLanesPerBlock's position in the layout's walk.
     const int64_t u = warp_base + lane;
     const bool active = u < num_chunks;
-    const int64_t block = block_step >= 0 ? stepped_block : (active ? scale_index.block_at(u / kLanesPerBlock) : 0);
+    const int64_t block = active ? scale_index.block_at(u / kLanesPerBlock) : 0;
     const int64_t c = block * kLanesPerBlock + u % kLanesPerBlock;
     float v[kN] = {};
     if (active) load_chunk32<T, kAligned>(x, c, v);
