@@ -4,6 +4,7 @@ determinism, CUDA graph replay)."""
 from __future__ import annotations
 
 import torch
+from conftest import assert_same_bytes
 
 import fp4ops
 
@@ -15,10 +16,9 @@ def exact_on_cpu(name: str) -> bool:
 
 
 def assert_same_bits(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Same dtype, shape and bytes (NaN payloads and the sign of zero included)."""
+    """Same dtype, shape and bytes (NaN payloads and the sign of zero included), for any dtype."""
     assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
-    a, e = actual.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8)
-    assert torch.equal(a.cpu(), e.cpu()), f"{what}: {(a.cpu() != e.cpu()).sum().item()} bytes differ"
+    assert_same_bytes(actual.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8), what)
 
 
 def every_op(x: torch.Tensor) -> dict[str, torch.Tensor]:
