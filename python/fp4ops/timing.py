@@ -1,5 +1,5 @@
-"""Median time of a call: CUDA events on the GPU, a host clock on the CPU. Shared by the main job
-and the benchmarks."""
+"""Timing a call: CUDA events on the GPU, a host clock on the CPU. Shared by the main job and the
+benchmark suite (fp4ops.bench)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,32 @@ from typing import Callable
 import torch
 
 
-def median_time_us(fn: Callable[[], object], device: torch.device, repeats: int = 30,
-                   before_each: Callable[[], object] | None = None) -> float:
-    """Warm up once, then time `repeats` calls; `before_each` (e.g. an L2 flush) runs untimed."""
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    times = []
+def timed_calls(fn: Callable[[], object], device: torch.device, repeats: int,
+                before_each: Callable[[], object] | None = None) -> tuple[list[float], object]:
+    """Times `repeats` calls of fn (no warm-up), each in microseconds; `before_each` (e.g. an L2
+    flush) runs untimed. Returns the times and what the last call returned."""
+    times, out = [], None
     for _ in range(repeats):
         if before_each is not None:
             before_each()
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            out = fn()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3)
         else:
             t0 = time.perf_counter()
-            fn()
+            out = fn()
             times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+    return times, out
+
+
+def median_time_us(fn: Callable[[], object], device: torch.device, repeats: int = 30,
+                   before_each: Callable[[], object] | None = None) -> float:
+    """Warm up once, then the median of `repeats` timed calls."""
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(timed_calls(fn, device, repeats, before_each)[0])

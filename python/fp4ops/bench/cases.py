@@ -1,0 +1,295 @@
+"""The suite's rows: for each input, fp4ops' call and the baselines' calls, with the bytes PERF.md
+counts for the op and a check of the timed call's output.
+
+fp4ops' outputs are checked bit for bit against `fp4ops.reference` on sampled rows (first, middle,
+last and random ones); a mismatch stops the run. A baseline that computes the same contract (the
+reference, eager or compiled) is compared with fp4ops' output and the row says whether it matched;
+the others (casts, torchao, matmuls) are timed only, and say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from .. import ops, reference
+from ..gemv import gemv
+from . import peers
+from .baselines import Baselines, dense_matmul, dequantize_then_matmul, fp8_cast, fp8_widen, scaled_mm_skip
+
+NVFP4_BYTES = 0.5 + 1 / 16  # per element: packed codes + one E4M3 scale per 16
+MXFP4_BYTES = 0.5 + 1 / 32
+GRAPH_MAX_NUMEL = 1 << 22  # microsecond kernels: also timed by graph replay
+DECODE_MAX_NUMEL = 1 << 16  # the decode shapes (1 x 4096, 1 x 8192, 32 x 4096)
+
+
+@dataclass
+class Case:
+    family: str  # one plot per family
+    op: str
+    impl: str
+    dtype: str
+    shape: tuple
+    numel: int  # elements (weights for the GEMV)
+    bytes: float  # what this call must move (PERF.md), for GB/s and % of the ceiling
+    ceiling: str  # "copy" or "read"
+    fn: Callable[[], object] | None = None
+    check: Callable[[object], str] | None = None  # fp4ops: raises on a mismatch; baselines: a verdict
+    skip: str = ""  # why this row was not run
+    graph: bool = False
+    launches: bool = False
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A view that compares bit patterns (so -0.0 != 0.0 and NaN == NaN of the same code)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.view(ints[t.element_size()]) if t.dtype.is_floating_point else t
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def sample_rows(n: int, device: torch.device) -> torch.Tensor:
+    """First, middle, last and six random rows: where indexing bugs show up, plus a spread."""
+    picks = torch.cat([torch.tensor([0, n // 2, n - 1]), torch.randint(0, n, (6,))])
+    return picks.unique().to(device)
+
+
+def _require(ok: bool, what: str) -> str:
+    if not ok:
+        raise AssertionError(what)
+    return "bitwise == reference (sampled rows)"
+
+
+def _verdict(ok: bool) -> str:
+    return "bitwise == fp4ops (sampled rows)" if ok else "DIFFERS from fp4ops"
+
+
+# ----------------------------------------------------------------------------------------------
+# Element-wise ops: amax, quantize, dequantize, casts
+
+
+def elementwise_cases(shape: tuple, dtype: torch.dtype, device: torch.device, base: Baselines | None) -> list[Case]:
+    """Every element-wise op on one input x of `shape`; baselines only where `base` is given."""
+    x = torch.randn(shape, dtype=dtype, device=device)
+    k, numel, e = shape[-1], x.numel(), x.element_size()
+    x2 = x.view(-1, k)
+    rows = sample_rows(x2.shape[0], device)
+    g = reference.nvfp4_global_scale(reference.amax(x))  # computed without fp4ops
+    nv, mx = ops.quantize_nvfp4(x, g), ops.quantize_mxfp4(x)
+    small = numel <= GRAPH_MAX_NUMEL
+    name = str(dtype).removeprefix("torch.")
+
+    def case(family, op, impl, fn, nbytes, check, ceiling="copy", skip=""):
+        return Case(family, op, impl, name, shape, numel, numel * nbytes, ceiling, fn, check, skip,
+                    graph=small, launches=impl == "fp4ops" and small)
+
+    def rows_of(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(x2.shape[0], -1)[rows]
+
+    def nvfp4_check(q, scale) -> str:
+        data, scales, _ = reference.quantize_nvfp4(x2[rows], scale)
+        return _require(_same(rows_of(q.data), data) and _same(rows_of(q.scales), scales), "NVFP4 codes or scales")
+
+    def mxfp4_check(q, rule) -> str:
+        data, scales = reference.quantize_mxfp4(x2[rows], rule)
+        return _require(_same(rows_of(q.data), data) and _same(rows_of(q.scales), scales), f"MXFP4 ({rule})")
+
+    def own_amax_check(q) -> str:
+        _require(_same(q.global_scale, g), "global scale != amax / 2688")
+        return nvfp4_check(q, g)
+
+    def same_as(expected: Callable[[object], tuple]) -> Callable[[object], str]:
+        """Baseline check: its output tuple against fp4ops' tensors on the sampled rows."""
+        def check(out) -> str:
+            pairs = zip(out if isinstance(out, tuple) else (out,), expected(out))
+            return _verdict(all(_same(rows_of(a) if a.dim() else a, b) for a, b in pairs))
+        return check
+
+    nv_rows = lambda _: (rows_of(nv.data), rows_of(nv.scales), g)  # noqa: E731
+    mx_rows = lambda _: (rows_of(mx.data), rows_of(mx.scales))  # noqa: E731
+    dq_nv, dq_mx = nv.dequantize(dtype), mx.dequantize(dtype)
+    cases = [
+        case("amax", "amax", "fp4ops", lambda: ops.amax(x), e,
+             lambda out: _require(_same(out, reference.amax(x)), "amax"), ceiling="read"),
+        case("nvfp4 quantize", "nvfp4 quantize (scale given)", "fp4ops", lambda: ops.quantize_nvfp4(x, g),
+             e + NVFP4_BYTES, lambda q: nvfp4_check(q, g)),
+        case("nvfp4 quantize", "nvfp4 quantize (own amax)", "fp4ops", lambda: ops.quantize_nvfp4(x),
+             2 * e + NVFP4_BYTES, own_amax_check),
+        case("mxfp4 quantize", "mxfp4 quantize (floor)", "fp4ops", lambda: ops.quantize_mxfp4(x),
+             e + MXFP4_BYTES, lambda q: mxfp4_check(q, "floor")),
+        case("mxfp4 quantize", "mxfp4 quantize (rceil)", "fp4ops", lambda: ops.quantize_mxfp4(x, scale_rule="rceil"),
+             e + MXFP4_BYTES, lambda q: mxfp4_check(q, "rceil")),
+        case("dequantize", "nvfp4 dequantize", "fp4ops", lambda: nv.dequantize(dtype), e + NVFP4_BYTES,
+             lambda out: _require(_same(rows_of(out), reference.dequantize_nvfp4(
+                 rows_of(nv.data), rows_of(nv.scales), g, dtype)), "NVFP4 dequantize")),
+        case("dequantize", "mxfp4 dequantize", "fp4ops", lambda: mx.dequantize(dtype), e + MXFP4_BYTES,
+             lambda out: _require(_same(rows_of(out), reference.dequantize_mxfp4(
+                 rows_of(mx.data), rows_of(mx.scales), dtype)), "MXFP4 dequantize")),
+        case("casts", "cast to e2m1", "fp4ops", lambda: ops.cast_to_e2m1(x), e + 0.5,
+             lambda out: _require(_same(rows_of(out), reference.cast_to_e2m1(x2[rows])), "cast to E2M1")),
+        case("casts", "cast from e2m1", "fp4ops", lambda: ops.cast_from_e2m1(nv.data, dtype), e + 0.5,
+             lambda out: _require(_same(rows_of(out), reference.cast_from_e2m1(rows_of(nv.data), dtype)),
+                                  "cast from E2M1")),
+    ]
+    if base is None:
+        return cases
+
+    # Baselines: the reference (eager and compiled) computes the same contract, so it is compared.
+    amax_ours = ops.amax(x)
+    reference_calls = [
+        ("amax", "amax", "amax", lambda f: (lambda: f(x)), e, lambda out: _verdict(_same(out, amax_ours)), "read"),
+        ("nvfp4 quantize", "nvfp4 quantize (scale given)", "quantize_nvfp4", lambda f: (lambda: f(x, g)),
+         e + NVFP4_BYTES, same_as(nv_rows), "copy"),
+        ("nvfp4 quantize", "nvfp4 quantize (own amax)", "quantize_nvfp4", lambda f: (lambda: f(x)),
+         2 * e + NVFP4_BYTES, same_as(nv_rows), "copy"),
+        ("mxfp4 quantize", "mxfp4 quantize (floor)", "quantize_mxfp4", lambda f: (lambda: f(x)),
+         e + MXFP4_BYTES, same_as(mx_rows), "copy"),
+        ("dequantize", "nvfp4 dequantize", "dequantize_nvfp4", lambda f: (lambda: f(nv.data, nv.scales, g, dtype)),
+         e + NVFP4_BYTES, same_as(lambda _: (rows_of(dq_nv),)), "copy"),
+        ("dequantize", "mxfp4 dequantize", "dequantize_mxfp4", lambda f: (lambda: f(mx.data, mx.scales, dtype)),
+         e + MXFP4_BYTES, same_as(lambda _: (rows_of(dq_mx),)), "copy"),
+    ]
+    for family, op, function, bind, nbytes, check, ceiling in reference_calls:
+        eager_skip = base.eager_skip(numel)
+        cases.append(case(family, op, "reference (eager)", None if eager_skip else bind(getattr(reference, function)),
+                          nbytes, check, ceiling, eager_skip))
+        compile_skip = "" if base.compiled else "torch.compile baselines not asked for"
+        if not compile_skip and numel <= DECODE_MAX_NUMEL and op != "nvfp4 quantize (own amax)":
+            # Each decode shape recompiles (a dimension of 1 specializes): the decode target's op only.
+            compile_skip = "decode shapes: compiled for the own-amax quantize only"
+        cases.append(case(family, op, "reference (torch.compile)",
+                          None if compile_skip else bind(base.compiled_fn(function)), nbytes, check, ceiling,
+                          compile_skip))
+    # PyTorch's own casts: data movers with no rounding contract of ours to check.
+    codes = x.to(torch.float8_e4m3fn)
+    cases += [case("nvfp4 quantize", "nvfp4 quantize (scale given)", "torch bf16->fp8 cast" if dtype == torch.bfloat16
+                   else f"torch {name}->fp8 cast", fp8_cast(x), e + 1, lambda _: "timed only (a plain cast)"),
+              case("dequantize", "nvfp4 dequantize", f"torch fp8->{name} cast", fp8_widen(codes, dtype), e + 1,
+                   lambda _: "timed only (a plain cast)")]
+    for op, family, make, nbytes in (("nvfp4 quantize (scale given)", "nvfp4 quantize",
+                                      lambda: peers.torchao_nvfp4_quantize(x2, g), e + NVFP4_BYTES),
+                                     ("mxfp4 quantize (floor)", "mxfp4 quantize",
+                                      lambda: peers.torchao_mxfp4_quantize(x2), e + MXFP4_BYTES)):
+        made = make() if base.torchao else "torchao baselines not asked for"
+        skip = made if isinstance(made, str) else ""
+        cases.append(case(family, op, "torchao", None if skip else made, nbytes,
+                          lambda _: "timed only (torchao rounds its own way: docs/performance.md)", skip=skip))
+    return cases
+
+
+# ----------------------------------------------------------------------------------------------
+# GEMV (SPEC 5)
+
+GEMV_SEED_SHAPES = [(7168, 16384, 1), (4096, 7168, 8), (7168, 2048, 4)]
+GEMV_2POW28_SHAPE = (16384, 16384, 1)
+GEMV_SHAPES = GEMV_SEED_SHAPES + [GEMV_2POW28_SHAPE]
+
+
+def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | None) -> list[Case]:
+    """FP4 x FP4 and FP4 x bf16 for NVFP4 and MXFP4 A; baselines use the NVFP4 x bf16 bytes."""
+    b_dense = torch.randn(l, k, device=device, dtype=torch.bfloat16)
+    weights = m * k * l
+    cases = []
+    for fmt, quantize, elem_bytes in (("nvfp4", ops.quantize_nvfp4, NVFP4_BYTES),
+                                      ("mxfp4", ops.quantize_mxfp4, MXFP4_BYTES)):
+        a = quantize(torch.randn(l, m, k, device=device, dtype=torch.bfloat16))
+        b_fp4 = quantize(b_dense)
+        for kind, b, b_bytes in ((f"{fmt} x {fmt}", b_fp4, k * elem_bytes), (f"{fmt} x bf16", b_dense, 2 * k)):
+            cases.append(Case("gemv", f"gemv {kind}", "fp4ops", kind, (m, k, l), weights,
+                              l * (m * k * elem_bytes + b_bytes + 2 * m), "copy",
+                              fn=lambda a=a, b=b: gemv(a, b), check=lambda y, a=a, b=b: _gemv_check(y, a, b),
+                              graph=True))
+        if fmt == "nvfp4":
+            nv_a, nv_b = a, b_fp4
+    if base is None:
+        return cases
+    bf16_bytes = l * (m * k * NVFP4_BYTES + 2 * k + 2 * m)
+    w = torch.randn(l, m, k, device=device, dtype=torch.bfloat16)
+    mm_skip = scaled_mm_skip(device)
+    for impl, fn, skip in (("dequantize + torch.matmul", dequantize_then_matmul(nv_a, b_dense), ""),
+                           ("bf16 torch.matmul", dense_matmul(w, b_dense), ""),
+                           ("torch._scaled_mm", lambda: reference.scaled_mm_gemv(nv_a, nv_b), mm_skip)):
+        cases.append(Case("gemv", "gemv nvfp4 x bf16" if impl != "torch._scaled_mm" else "gemv nvfp4 x nvfp4", impl,
+                          "nvfp4 x bf16", (m, k, l), weights, bf16_bytes, "copy", None if skip else fn,
+                          lambda _: "timed only (different rounding)", skip, graph=True))
+    return cases
+
+
+def _gemv_check(y: torch.Tensor, a, b) -> str:
+    """SPEC 5's bound on 64 rows of the first and of the last batch index, in float64."""
+    for l in {0, y.shape[0] - 1}:
+        rows = slice(0, 64)
+        a_small = dataclasses.replace(a, data=a.data[l:l + 1, rows], scales=a.scales[l:l + 1, rows])
+        b_small = (b[l:l + 1] if isinstance(b, torch.Tensor)
+                   else dataclasses.replace(b, data=b.data[l:l + 1], scales=b.scales[l:l + 1]))
+        err = (y[l:l + 1, rows].double() - reference.gemv_float64(a_small, b_small)).abs()
+        _require(bool((err <= reference.gemv_error_bound(a_small, b_small, y.dtype)).all()), "GEMV outside SPEC 5")
+    return "within SPEC 5's bound (64 rows of the first and last batch)"
+
+
+# ----------------------------------------------------------------------------------------------
+# The NVFP4 training-recipe options (docs/recipe.md), fp4ops only
+
+
+def recipe_cases(numel: int, device: torch.device, k: int = 8192) -> list[Case]:
+    """Each option on a bf16 [numel / k, k] matrix with the global scale given; checked against the
+    CPU kernel on the first 256 rows (a prefix of every output, for every option but the
+    columnwise copy under stochastic rounding, whose random stream is indexed by the full shape)."""
+    x = torch.randn(numel // k, k, device=device, dtype=torch.bfloat16)
+    g = reference.nvfp4_global_scale(reference.amax(x))
+    head = x[:256].cpu()
+    variants = [
+        ("plain", {}, False), ("swizzled scales", {"scale_layout": "swizzled"}, False),
+        ("hadamard (TE signs)", {"hadamard": True}, False), ("2D 16x16 blocks", {"block_2d": True}, False),
+        ("stochastic rounding", {"stochastic_rounding": True, "seed": 1}, False),
+        ("rowwise + columnwise", {}, True), ("rowwise + columnwise, 2D", {"block_2d": True}, True),
+        ("rowwise + columnwise, hadamard + SR", {"hadamard": True, "stochastic_rounding": True, "seed": 1}, True),
+    ]
+    cases = []
+    for name, options, both in variants:
+        quantize = ops.quantize_nvfp4_rowwise_columnwise if both else ops.quantize_nvfp4
+        nbytes = numel * (2 + (2 if both else 1) * NVFP4_BYTES)
+        cases.append(Case("nvfp4 recipe", f"recipe: {name}", "fp4ops", "bfloat16", tuple(x.shape), numel, nbytes,
+                          "copy", fn=lambda q=quantize, o=options: q(x, g, **o),
+                          check=lambda out, q=quantize, o=options: _recipe_check(out, q(head, g.cpu(), **o), o)))
+    return cases
+
+
+def _recipe_check(out, expected, options: dict) -> str:
+    outs, refs = (out, expected) if isinstance(out, tuple) else ((out,), (expected,))
+    for which, (got, want) in enumerate(zip(outs, refs)):
+        if which == 1 and options.get("stochastic_rounding"):
+            continue  # the columnwise random stream is indexed by the whole shape
+        for field_name in ("data", "scales"):
+            a, b = getattr(got, field_name), getattr(want, field_name)
+            # rowwise: the first rows; columnwise (stored transposed): the first columns.
+            piece = a[: b.shape[0]] if which == 0 else a[:, : b.shape[1]]
+            _require(_same(piece.cpu(), b), f"recipe {field_name} ({'columnwise' if which else 'rowwise'})")
+    partial = len(outs) == 2 and options.get("stochastic_rounding")
+    return "bitwise == CPU kernel, first 256 rows" + (" (rowwise copy only)" if partial else "")
+
+
+def suite_groups(sizes: list[int], dtypes: list[torch.dtype], families: set[str], device: torch.device,
+                 base: Baselines, gemv_shapes: list[tuple[int, int, int]]) -> Iterator[tuple[str, Callable[[], list[Case]]]]:
+    """(label, builder) per input; builders run lazily so one input is alive at a time."""
+    elementwise = {"amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts"}
+    if families & elementwise:
+        for shape in ((1, 4096), (1, 8192), (32, 4096)):
+            yield f"decode {shape}", lambda s=shape: elementwise_cases(s, torch.bfloat16, device, base)
+        for log2 in sizes:
+            for dtype in dtypes:
+                shape = ((1 << log2) // 4096, 4096)
+                with_base = base if dtype == torch.bfloat16 else None
+                yield f"2^{log2} {dtype}", lambda s=shape, d=dtype, b=with_base: elementwise_cases(s, d, device, b)
+    if "gemv" in families:
+        for shape in gemv_shapes:
+            yield f"gemv {shape}", lambda s=shape: gemv_cases(*s, device, base)
+    if "nvfp4 recipe" in families:
+        for log2 in sizes:
+            if (1 << log2) >= 256 * 8192:
+                yield f"recipe 2^{log2}", lambda n=1 << log2: recipe_cases(n, device)

@@ -1,0 +1,165 @@
+"""The measuring half of the benchmark suite (PERF.md's method): same-run ceilings, cold-L2 CUDA-event
+timing, CUDA-graph replay for microsecond kernels, kernel-launch counts and the run's banner.
+
+Every figure the suite reports is a ratio to a ceiling measured in the same process, so nothing
+here is compared across machines. On a CPU-only machine the same functions fall back to a host
+clock (no flush, no graphs): that mode exists to exercise the suite's code, not to measure.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..timing import timed_calls
+
+FLUSH_BYTES = 256 << 20  # > 2x the L2 of every Hopper/Blackwell part (H100 50 MB, H200 60 MB, B200 126 MB)
+CEILING_BYTES = 512 << 20
+GRAPH_CALLS = 20  # calls captured per graph; the replay time is divided by this
+
+
+@dataclass
+class Timing:
+    us: float  # median over the cold-L2 calls (CUDA events), or host clock on the CPU
+    output: object  # what the last timed call returned, for the caller's check
+    us_graph: float | None = None  # per call, from replaying a graph of GRAPH_CALLS calls (warm L2)
+    graph_note: str = ""  # why there is no graph figure, where there is none
+
+
+class Timer:
+    """Times zero-argument callables on one device. `reps` calls after one warm-up call; on CUDA
+    a 256 MB buffer is rewritten before each call (outside the timed region) so every call starts
+    with a cold L2, and slow callables (first call over `slow_ms`) get fewer repetitions."""
+
+    def __init__(self, device: torch.device, reps: int = 30, slow_ms: float = 20.0):
+        self.device, self.reps, self.slow_ms = device, reps, slow_ms
+        self.cuda = device.type == "cuda"
+        self._flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device) if self.cuda else None
+
+    def flush(self) -> None:
+        if self._flush is not None:
+            self._flush.fill_(1)
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def cold(self, fn: Callable[[], object]) -> Timing:
+        fn()  # warm-up: first-call allocations, compilation, lazy loading
+        self._sync()
+        t0 = time.perf_counter()
+        fn()
+        self._sync()
+        warm_ms = (time.perf_counter() - t0) * 1e3
+        reps = self.reps if warm_ms < self.slow_ms else max(5, self.reps // 6)
+        times, out = timed_calls(fn, self.device, reps, before_each=self.flush)
+        return Timing(us=statistics.median(times), output=out)
+
+    def graph(self, fn: Callable[[], object], timing: Timing) -> Timing:
+        """Adds the graph-replay figure to `timing`: GRAPH_CALLS calls captured once, replayed
+        (warm L2: the same input each call, as in a decode loop), median of 10 replays. The
+        output checked is then the graph's, i.e. the last captured call's."""
+        if not self.cuda:
+            timing.graph_note = "no CUDA"
+            return timing
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    fn()  # warm-up on the side stream, as torch.cuda.graphs asks
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(GRAPH_CALLS):
+                    out = fn()
+        except Exception as error:  # baselines that sync on the host cannot be captured
+            timing.graph_note = f"not capturable: {type(error).__name__}"
+            return timing
+        graph.replay()
+        self._sync()
+        times = []
+        for _ in range(10):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
+        timing.us_graph = statistics.median(times)
+        timing.output = out
+        return timing
+
+
+def count_launches(fn: Callable[[], object], device: torch.device) -> int | None:
+    """GPU activities (kernels, memsets, copies) one call starts, counted by the PyTorch profiler."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize(device)
+    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def measure_ceilings(timer: Timer) -> dict[str, float]:
+    """Device copy (bytes read + written) and a read-only reduction (torch.amax) over 512 MB, GB/s."""
+    numel = CEILING_BYTES // 4 if timer.cuda else 1 << 22  # the CPU mode only needs a number
+    src = torch.randn(numel, device=timer.device)
+    dst = torch.empty_like(src)
+    copy_us = timer.cold(lambda: dst.copy_(src)).us
+    read_us = timer.cold(lambda: torch.amax(src)).us
+    return {"copy": 2 * src.nbytes / copy_us / 1e3, "read": src.nbytes / read_us / 1e3}
+
+
+def _nvidia_smi(fields: str) -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return [v.strip() for v in lines[0].split(",")] if lines else []
+
+
+def git_commit() -> str:
+    """FP4OPS_GIT_COMMIT names the commit where the tree was copied without a usable .git folder."""
+    if os.environ.get("FP4OPS_GIT_COMMIT"):
+        return os.environ["FP4OPS_GIT_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def banner(device: torch.device) -> dict:
+    info = {"device": str(device), "torch": torch.__version__, "cuda": torch.version.cuda, "commit": git_commit(),
+            "host": platform.node(), "python": platform.python_version()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(gpu=props.name, compute_capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
+                    l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20), memory_gib=round(props.total_memory / 2**30))
+        smi = _nvidia_smi("driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
+        keys = ("driver", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "max_mem_clock_mhz")
+        info.update(dict(zip(keys, smi)) if smi else {"driver": "unknown"})
+    else:
+        info.update(gpu=f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} threads)")
+    return info
+
+
+def banner_line(info: dict, ceilings: dict[str, float]) -> str:
+    clocks = (f", SM {info['sm_clock_mhz']}/{info['max_sm_clock_mhz']} MHz, memory {info['mem_clock_mhz']} MHz"
+              if "sm_clock_mhz" in info else "")
+    return (f"{info['gpu']} (driver {info.get('driver', '-')}{clocks}) | torch {info['torch']}, CUDA {info['cuda']} | "
+            f"commit {info['commit']} | same-run copy {ceilings['copy']:.0f} GB/s, read {ceilings['read']:.0f} GB/s")

@@ -1,0 +1,116 @@
+"""The benchmark suite's code (fp4ops.bench) on the CPU: a tiny run end to end (every output check,
+the JSON, the Markdown, the plots), the check that stops a run on a wrong fp4ops output, the
+targets' arithmetic and the README update. The suite's numbers come from GPU runs; none of these
+tests time anything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("tqdm")
+
+from fp4ops.bench import main, report, targets  # noqa: E402
+from fp4ops.bench.cases import Case  # noqa: E402
+from fp4ops.bench.harness import Timer  # noqa: E402
+from fp4ops.bench.suite import CheckFailed, measure  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    main(["--device", "cpu", "--sizes", "13", "--dtypes", "bfloat16", "float32", "--reps", "2", "--no-compile",
+          "--families", "amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts", "gemv",
+          "--gemv-shapes", "48,256,2", "--out", str(out), "--tag", "test"])
+    with open(out / "suite_test.json") as f:
+        return out, json.load(f)
+
+
+def test_cpu_run_checks_every_fp4ops_row(cpu_run):
+    _, result = cpu_run
+    ours = [r for r in result["rows"] if r["impl"] == "fp4ops"]
+    # 9 element-wise ops x (3 decode shapes + 2 dtypes at 2^13) + 4 GEMV kinds
+    assert len(ours) == 9 * 5 + 4
+    for r in ours:
+        assert r["us"] > 0 and r["check"].startswith(("bitwise ==", "within SPEC 5")), r
+
+
+def test_cpu_run_compares_the_eager_reference(cpu_run):
+    _, result = cpu_run
+    eager = [r for r in result["rows"] if r["impl"] == "reference (eager)"]
+    assert eager and all(r["check"] == "bitwise == fp4ops (sampled rows)" for r in eager)
+    skipped = [r for r in result["rows"] if r["impl"] == "reference (torch.compile)"]
+    assert skipped and all(r["skip"] == "torch.compile baselines not asked for" for r in skipped)
+
+
+def test_cpu_run_writes_report_and_plots(cpu_run):
+    out, result = cpu_run
+    text = (out / "suite_test.md").read_text()
+    assert "## Targets (PERF.md)" in text and "nvfp4 quantize (own amax)" in text
+    for family in ("amax", "nvfp4_quantize", "mxfp4_quantize", "dequantize", "casts", "gemv"):
+        assert (out / f"suite_test_{family}.png").stat().st_size > 1000
+
+
+def test_wrong_fp4ops_output_stops_the_run():
+    x = torch.randn(4, 32)
+
+    def exact_amax(out) -> str:
+        if not torch.equal(out, x.abs().amax()):
+            raise AssertionError("amax")
+        return "bitwise"
+
+    case = Case("amax", "amax", "fp4ops", "float32", (4, 32), 128, 512.0, "read", fn=lambda: x.abs().amax() + 1,
+                check=exact_amax)
+    with pytest.raises(CheckFailed, match="fp4ops output differs"):
+        measure(case, Timer(torch.device("cpu"), reps=2), {"copy": 1.0, "read": 1.0})
+
+
+def test_failing_baseline_loses_only_its_row():
+    def broken():
+        raise RuntimeError("out of memory")
+
+    case = Case("amax", "amax", "reference (eager)", "float32", (4, 32), 128, 512.0, "read", fn=broken)
+    row = measure(case, Timer(torch.device("cpu"), reps=2), {"copy": 1.0, "read": 1.0})
+    assert row["skip"] == "failed: RuntimeError: out of memory" and "us" not in row
+
+
+def _row(op, impl, us, pct=50.0, numel=1 << 26, dtype="bfloat16", family="x", shape=(16384, 4096)):
+    return {"family": family, "op": op, "impl": impl, "dtype": dtype, "shape": list(shape), "numel": numel,
+            "us": us, "pct": pct, "ceiling": "copy", "launches": 1, "us_graph": None}
+
+
+def test_targets_arithmetic():
+    rows = [_row("amax", "fp4ops", 10.0, pct=96.0), _row("nvfp4 quantize (scale given)", "fp4ops", 20.0, pct=91.0),
+            _row("nvfp4 quantize (own amax)", "fp4ops", 31.6), _row("nvfp4 quantize (own amax)", "fp4ops", 3.0,
+                                                                      numel=4096, shape=(1, 4096)),
+            _row("nvfp4 quantize (scale given)", "torch bf16->fp8 cast", 25.0),
+            _row("nvfp4 quantize (scale given)", "reference (torch.compile)", 29.0)]
+    got = {t.name: t for t in targets.evaluate({"rows": rows})}
+    assert got["amax, % of read"].met is True
+    assert got["NVFP4 quantize (scale given), % of copy"].met is True
+    assert got["MXFP4 quantize (floor and rceil), % of copy"].met is None  # nothing measured is not a pass
+    fused = got["NVFP4 quantize, own amax: time / (amax + quantize)"]
+    assert fused.measured == "1.053" and fused.met is False  # 31.6 / 30
+    assert got["1 x 4096 NVFP4 quantize, own amax"].met is True
+    assert got["NVFP4 quantize vs PyTorch's fp8 cast (speed-up)"].measured == "1.25x"
+    compiled = got["every op vs torch.compile of the reference (speed-up)"]
+    assert compiled.measured == "1.45x" and compiled.met is False
+
+
+def test_update_readme_between_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.README_BEGIN}\nold\n{report.README_END}\nrest\n")
+    report.update_readme(str(readme), "| new |")
+    assert readme.read_text() == f"intro\n{report.README_BEGIN}\n| new |\n{report.README_END}\nrest\n"
+    (tmp_path / "bare.md").write_text("no markers")
+    with pytest.raises(ValueError, match="markers"):
+        report.update_readme(str(tmp_path / "bare.md"), "x")
+
+
+def test_gpu_tag():
+    assert report.gpu_tag({"banner": {"gpu": "NVIDIA H100 80GB HBM3"}}) == "h100"
+    assert report.gpu_tag({"banner": {"gpu": "NVIDIA H200"}}) == "h200"
+    assert report.gpu_tag({"banner": {"gpu": "cpu"}}) == "cpu"
