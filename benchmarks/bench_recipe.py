@@ -3,7 +3,8 @@
     python benchmarks/bench_recipe.py [--sizes 26 28] [--k 8192] [--json PATH]
 
 x is a bf16 [2^n / K, K] matrix, the global scale is given (so every row times one pass over x),
-cold L2, CUDA events, median of 30 calls (the same harness as bench_ops.py). "cost" is the time
+cold L2, CUDA events, median of 30 calls (the suite's harness, fp4ops.bench.harness; the suite's
+"nvfp4 recipe" family times the same calls and checks their outputs). "cost" is the time
 over the plain quantizer's; "share" is bandwidth against the same-run copy ceiling with the bytes
 each variant must move (rowwise + columnwise writes two outputs).
 """
@@ -14,13 +15,13 @@ import argparse
 import json
 
 import torch
-from bench_ops import banner, ceilings, time_us
 from tabulate import tabulate
 
 import fp4ops
+from fp4ops.bench.harness import Timer, banner, banner_line, measure_ceilings
 
 
-def rows_for(numel: int, k: int, copy_gbs: float) -> list[dict]:
+def rows_for(numel: int, k: int, copy_gbs: float, timer: Timer) -> list[dict]:
     x = torch.randn(numel // k, k, device="cuda", dtype=torch.bfloat16)
     g = fp4ops.amax(x) / 2688
     out_bytes = 0.5 + 1 / 16
@@ -38,7 +39,7 @@ def rows_for(numel: int, k: int, copy_gbs: float) -> list[dict]:
     out = []
     plain_us = None
     for name, fn, outputs in cases:
-        us = time_us(fn)
+        us = timer.cold(fn).us
         plain_us = plain_us or us
         gbs = numel * (2 + outputs * out_bytes) / us / 1e3
         out.append({"variant": name, "numel": numel, "k": k, "us": us, "GB/s": gbs, "pct_copy": 100 * gbs / copy_gbs,
@@ -52,12 +53,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8192, help="columns of x")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    info = banner()
-    ceil = ceilings()
-    print(f"{info['gpu']} | torch {info['torch']} CUDA {info['cuda']} | commit {info['commit']} | copy {ceil['copy']:.0f} GB/s")
+    timer = Timer(torch.device("cuda"))
+    info, ceil = banner(timer.device), measure_ceilings(timer)
+    print(banner_line(info, ceil))
     rows = []
     for log2 in args.sizes:
-        rows += rows_for(1 << log2, args.k, ceil["copy"])
+        rows += rows_for(1 << log2, args.k, ceil["copy"], timer)
     print(tabulate([[r["variant"], f"2^{r['numel'].bit_length() - 1}", f"{r['us']:.1f}", f"{r['GB/s']:.0f}",
                      f"{r['pct_copy']:.1f}%", f"{r['cost_vs_plain']:.2f}x"] for r in rows],
                    headers=["variant", "numel", "us", "GB/s", "share of copy", "time / plain (per output)"],
