@@ -22,7 +22,7 @@ from fp4ops.bench.suite import CheckFailed, measure  # noqa: E402
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    main(["--device", "cpu", "--sizes", "13", "--dtypes", "bfloat16", "float32", "--reps", "2", "--no-compile",
+    main(["--device", "cpu", "--sizes", "18", "--dtypes", "bfloat16", "float32", "--reps", "2", "--no-compile",
           "--families", "amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts", "gemv",
           "--gemv-shapes", "48,256,2", "--out", str(out), "--tag", "test"])
     with open(out / "suite_test.json") as f:
@@ -32,7 +32,7 @@ def cpu_run(tmp_path_factory):
 def test_cpu_run_checks_every_fp4ops_row(cpu_run):
     _, result = cpu_run
     ours = [r for r in result["rows"] if r["impl"] == "fp4ops"]
-    # 9 element-wise ops x (3 decode shapes + 2 dtypes at 2^13) + 4 GEMV kinds
+    # 9 element-wise ops x (3 decode shapes + 2 dtypes at 2^18) + 4 GEMV kinds
     assert len(ours) == 9 * 5 + 4
     for r in ours:
         assert r["us"] > 0 and r["check"].startswith(("bitwise ==", "within SPEC 5")), r
