@@ -114,3 +114,14 @@ def test_gpu_tag():
     assert report.gpu_tag({"banner": {"gpu": "NVIDIA H100 80GB HBM3"}}) == "h100"
     assert report.gpu_tag({"banner": {"gpu": "NVIDIA H200"}}) == "h200"
     assert report.gpu_tag({"banner": {"gpu": "cpu"}}) == "cpu"
+
+
+def test_merge_by_gpu_joins_parts_of_one_gpu():
+    def res(gpu, rows, commit="a"):
+        return {"banner": {"gpu": gpu, "commit": commit, "torch": "t", "cuda": "c"},
+                "ceilings_GBps": {"copy": 1.0, "read": 1.0}, "rows": rows}
+
+    merged = report.merge_by_gpu([res("H100", [1]), res("H200", [2]), res("H100", [3], "b")])
+    assert [m["banner"]["gpu"] for m in merged] == ["H100", "H200"]
+    assert merged[0]["rows"] == [1, 3] and [p["commit"] for p in merged[0]["parts"]] == ["a", "b"]
+    assert "2 run(s)" in report.heading(merged[0])

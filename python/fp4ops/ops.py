@@ -90,7 +90,14 @@ def _group_global_scale(x: torch.Tensor, group) -> torch.Tensor:
         raise RuntimeError("amax_group: torch.distributed is not initialized")
     group_amax = torch.ops.fp4ops.amax(x.detach())
     dist.all_reduce(group_amax, op=dist.ReduceOp.MAX, group=group)
-    g = group_amax / 2688.0
+    return _global_scale_from_amax(group_amax)
+
+
+def _global_scale_from_amax(amax_value: torch.Tensor) -> torch.Tensor:
+    """g = amax / 2688 rounded once (1 when 0). The divisor is a tensor on amax's device: PyTorch's
+    CUDA kernels turn a division by a Python number into a multiplication by its reciprocal, which
+    is 1 ulp off for some amax values (and then every scale of the tensor moves)."""
+    g = amax_value / torch.full((), 2688.0, dtype=torch.float32, device=amax_value.device)
     return torch.where(g == 0, torch.ones_like(g), g)
 
 

@@ -76,6 +76,13 @@ def e8m0_decode(scales: torch.Tensor) -> torch.Tensor:
     return torch.where(e == E8M0_NAN_CODE, torch.nan, value).float()
 
 
+def divide(a: torch.Tensor, divisor: float) -> torch.Tensor:
+    """a / divisor, rounded once, on every device. PyTorch's CUDA kernels divide by a Python number
+    as a multiplication by its rounded reciprocal (two roundings: 1 ulp off for some inputs, which
+    moves an E4M3 scale across a rounding boundary), so the divisor goes in as a tensor on a's device."""
+    return a / torch.full((), divisor, dtype=a.dtype, device=a.device)
+
+
 # ----------------------------------------------------------------------------------------------
 # NVFP4 (SPEC 2)
 
@@ -93,7 +100,7 @@ def amax(x: torch.Tensor) -> torch.Tensor:
 
 def nvfp4_global_scale(amax_value: torch.Tensor) -> torch.Tensor:
     """g = amax / 2688, or 1 when that is 0."""
-    g = amax_value.float() / 2688.0
+    g = divide(amax_value.float(), 2688.0)
     return torch.where(g == 0, torch.ones_like(g), g)
 
 
@@ -115,7 +122,7 @@ def encode_nvfp4_blocks(blocks, block_max, finite, g, element_codes=None):
     all finite: (packed codes [..., n * 8], float8_e4m3fn scales [..., n]). element_codes, if
     given, maps the scaled elements to E2M1 codes in place of round-to-nearest."""
     g_valid = (g > 0) & torch.isfinite(g)
-    scales = e4m3_encode((block_max / 6.0) / g)
+    scales = e4m3_encode(divide(block_max, 6.0) / g)
     scale_nan = ~finite | ~g_valid
     scales = torch.where(scale_nan, E4M3_NAN_CODE, scales.view(torch.uint8)).to(torch.uint8)
     decoded = e4m3_decode(scales)
@@ -145,7 +152,7 @@ def mxfp4_scale_exponent(block_max: torch.Tensor, scale_rule: str = "floor") -> 
         e = torch.where(block_max < torch.finfo(torch.float32).tiny, 0, e)
         return e.clamp(min=0)
     if scale_rule == "rceil":
-        t = (block_max.float() / 6.0).double()
+        t = divide(block_max.float(), 6.0).double()
         mantissa, exponent = torch.frexp(t)
         ceil_log2 = torch.where(mantissa == 0.5, exponent.long() - 1, exponent.long())
         return torch.where(t == 0, 0, (ceil_log2 + 127).clamp(0, 254))

@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON, Markdown and plots")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
     p.add_argument("--report", nargs="+", metavar="JSON",
-                   help="render saved results instead of running (several GPUs: one column each in the headline)")
+                   help="render saved results instead of running: files from one GPU are merged (a suite run in "
+                        "parts), several GPUs get one column each in the headline")
     p.add_argument("--readme", default=None, help="put the headline table into this README between its markers")
     return p
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in args.report:
             with open(path) as f:
                 results.append(json.load(f))
-        _render(results, args.out, args.tag, args.readme)
+        _render(report.merge_by_gpu(results), args.out, args.tag, args.readme)
         return
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":

@@ -13,6 +13,7 @@ import platform
 import statistics
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -106,9 +107,11 @@ def count_launches(fn: Callable[[], object], device: torch.device) -> int | None
 
     fn()
     torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize(device)
+    with warnings.catch_warnings():  # the profiler warns that it clears its events after each cycle
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize(device)
     return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
 
 

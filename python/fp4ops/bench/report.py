@@ -34,14 +34,32 @@ def table(result: dict) -> str:
 
 
 def heading(result: dict) -> str:
-    b, c = result["banner"], result["ceilings_GBps"]
-    return (f"{b['gpu']}, driver {b.get('driver', '-')}, torch {b['torch']} (CUDA {b['cuda']}), commit {b['commit']}; "
-            f"same-run ceilings: copy {c['copy']:.0f} GB/s, read {c['read']:.0f} GB/s.")
+    b = result["banner"]
+    parts = result.get("parts") or [{"commit": b["commit"], "ceilings_GBps": result["ceilings_GBps"]}]
+    runs = "; ".join(f"commit {p['commit']}, same-run ceilings copy {p['ceilings_GBps']['copy']:.0f} GB/s, "
+                     f"read {p['ceilings_GBps']['read']:.0f} GB/s" for p in parts)
+    return f"{b['gpu']}, driver {b.get('driver', '-')}, torch {b['torch']} (CUDA {b['cuda']}); {len(parts)} run(s): {runs}."
 
 
 def markdown(result: dict) -> str:
     return (f"# Benchmark suite: {result['banner']['gpu']}\n\n{heading(result)}\n\n## Targets (PERF.md)\n\n"
             f"{targets.render(targets.evaluate(result))}\n\n## Every row\n\n{table(result)}\n")
+
+
+def merge_by_gpu(results: list[dict]) -> list[dict]:
+    """One result per GPU, in first-seen order: the rows of runs on the same GPU concatenated (each
+    row keeps the share of its own run's ceiling); the banner and ceilings are the first run's,
+    the others' listed under "parts"."""
+    merged: dict[str, dict] = {}
+    for res in results:
+        gpu = res["banner"]["gpu"]
+        if gpu not in merged:
+            merged[gpu] = {**res, "rows": list(res["rows"]), "parts": []}
+        else:
+            merged[gpu]["rows"] += res["rows"]
+        merged[gpu]["parts"].append({"commit": res["banner"]["commit"], "ceilings_GBps": res["ceilings_GBps"],
+                                     "families": res.get("config", {}).get("families")})
+    return list(merged.values())
 
 
 def gpu_tag(result: dict) -> str:
