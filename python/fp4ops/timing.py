@@ -9,6 +9,8 @@ from typing import Callable
 
 import torch
 
+HOST_PAD_CYCLES = 100_000  # ~50 us of GPU clock cycles, longer than an op's host-side launch path
+
 
 def timed_calls(fn: Callable[[], object], device: torch.device, repeats: int,
                 before_each: Callable[[], object] | None = None) -> tuple[list[float], object]:
@@ -20,6 +22,9 @@ def timed_calls(fn: Callable[[], object], device: torch.device, repeats: int,
             before_each()
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # Keep the GPU busy while the host enqueues the call, so a host-side pause (Python,
+            # another process) between the start event and the kernels is not timed.
+            torch.cuda._sleep(HOST_PAD_CYCLES)
             start.record()
             out = fn()
             end.record()

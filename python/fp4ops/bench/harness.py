@@ -8,6 +8,7 @@ clock (no flush, no graphs): that mode exists to exercise the suite's code, not 
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import statistics
@@ -30,6 +31,8 @@ GRAPH_CALLS = 20  # calls captured per graph; the replay time is divided by this
 class Timing:
     us: float  # median over the cold-L2 calls (CUDA events), or host clock on the CPU
     output: object  # what the last timed call returned, for the caller's check
+    us_min: float = 0.0  # fastest of the timed calls, and the 90th percentile: the spread
+    us_p90: float = 0.0
     us_graph: float | None = None  # per call, from replaying a graph of GRAPH_CALLS calls (warm L2)
     graph_note: str = ""  # why there is no graph figure, where there is none
 
@@ -60,8 +63,13 @@ class Timer:
         self._sync()
         warm_ms = (time.perf_counter() - t0) * 1e3
         reps = self.reps if warm_ms < self.slow_ms else max(5, self.reps // 6)
-        times, out = timed_calls(fn, self.device, reps, before_each=self.flush)
-        return Timing(us=statistics.median(times), output=out)
+        gc.disable()  # no collector pauses inside the timed loop
+        try:
+            times, out = timed_calls(fn, self.device, reps, before_each=self.flush)
+        finally:
+            gc.enable()
+        deciles = statistics.quantiles(times, n=10) if len(times) > 1 else times * 9
+        return Timing(us=statistics.median(times), output=out, us_min=min(times), us_p90=deciles[-1])
 
     def graph(self, fn: Callable[[], object], timing: Timing) -> Timing:
         """Adds the graph-replay figure to `timing`: GRAPH_CALLS calls captured once, replayed

@@ -19,9 +19,16 @@ def _us(us: float) -> str:
     return f"{us:.2f}" if us < 100 else f"{us:.0f}"
 
 
+def ordered(rows: list[dict]) -> list[dict]:
+    """By family (in run order), op, dtype and size, fp4ops before the baselines."""
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    return sorted(rows, key=lambda r: (families.index(r["family"]), r["op"], r["dtype"], r["numel"],
+                                       r["impl"] != "fp4ops", r["impl"]))
+
+
 def table(result: dict) -> str:
     rows = []
-    for r in result["rows"]:
+    for r in ordered(result["rows"]):
         if "us" not in r:
             rows.append([r["op"], r["impl"], r["dtype"], size_label(r), "", "", "", "", f"skipped: {r['skip']}"])
             continue

@@ -54,7 +54,7 @@ def measure(case: Case, timer: Timer, ceilings: dict[str, float]) -> dict:
             raise
         return {**row, "skip": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"}
     gbps = case.bytes / timing.us / 1e3
-    return {**row, "us": timing.us, "us_graph": timing.us_graph, "graph_note": timing.graph_note, "GBps": gbps,
+    return {**row, "us": timing.us, "us_min": timing.us_min, "us_p90": timing.us_p90, "us_graph": timing.us_graph, "graph_note": timing.graph_note, "GBps": gbps,
             "pct": 100 * gbps / ceilings[case.ceiling], "launches": launches, "check": "; ".join(dict.fromkeys(verdicts))}
 
 
@@ -67,8 +67,12 @@ def run_suite(config: SuiteConfig) -> dict:
                          "families": list(config.families), "gemv_shapes": config.gemv_shapes, "reps": config.reps}}
     groups = list(suite_groups(config.sizes, config.dtypes, set(config.families), config.device, config.baselines,
                                config.gemv_shapes))
-    for label, build in tqdm(groups, desc="benchmark", unit="input", dynamic_ncols=True):
-        cases = [c for c in build() if c.family in config.families]
+    # fp4ops' rows first, for every input, then the baselines' (each input built anew): the
+    # baselines' large temporaries and compiler worker processes cannot disturb fp4ops' timings.
+    passes = [("fp4ops", lambda c: c.impl == "fp4ops"), ("baselines", lambda c: c.impl != "fp4ops")]
+    work = [(name, keep, build) for name, keep in passes for _, build in groups]
+    for name, keep, build in tqdm(work, desc="benchmark", unit="input", dynamic_ncols=True):
+        cases = [c for c in build() if c.family in config.families and keep(c)]
         for case in cases:
             try:
                 result["rows"].append(measure(case, timer, ceilings))
