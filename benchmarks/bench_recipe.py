@@ -18,6 +18,7 @@ import torch
 from tabulate import tabulate
 
 import fp4ops
+from fp4ops.bench.cases import RECIPE_VARIANTS
 from fp4ops.bench.harness import Timer, banner, banner_line, measure_ceilings
 
 
@@ -25,17 +26,9 @@ def rows_for(numel: int, k: int, copy_gbs: float, timer: Timer) -> list[dict]:
     x = torch.randn(numel // k, k, device="cuda", dtype=torch.bfloat16)
     g = fp4ops.amax(x) / 2688
     out_bytes = 0.5 + 1 / 16
-    cases = [
-        ("plain", lambda: fp4ops.quantize_nvfp4(x, g), 1),
-        ("swizzled scales", lambda: fp4ops.quantize_nvfp4(x, g, scale_layout="swizzled"), 1),
-        ("hadamard (TE signs)", lambda: fp4ops.quantize_nvfp4(x, g, hadamard=True), 1),
-        ("2D 16x16 blocks", lambda: fp4ops.quantize_nvfp4(x, g, block_2d=True), 1),
-        ("stochastic rounding", lambda: fp4ops.quantize_nvfp4(x, g, stochastic_rounding=True, seed=1), 1),
-        ("rowwise + columnwise", lambda: fp4ops.quantize_nvfp4_rowwise_columnwise(x, g), 2),
-        ("rowwise + columnwise, 2D", lambda: fp4ops.quantize_nvfp4_rowwise_columnwise(x, g, block_2d=True), 2),
-        ("rowwise + columnwise, hadamard + SR",
-         lambda: fp4ops.quantize_nvfp4_rowwise_columnwise(x, g, hadamard=True, stochastic_rounding=True, seed=1), 2),
-    ]
+    cases = [(name, lambda both=both, o=options: (fp4ops.quantize_nvfp4_rowwise_columnwise if both
+                                                   else fp4ops.quantize_nvfp4)(x, g, **o), 2 if both else 1)
+             for name, options, both in RECIPE_VARIANTS]
     out = []
     plain_us = None
     for name, fn, outputs in cases:

@@ -236,6 +236,15 @@ def _gemv_check(y: torch.Tensor, a, b) -> str:
 # The NVFP4 training-recipe options (docs/recipe.md), fp4ops only
 
 
+RECIPE_VARIANTS = [  # (name, options, rowwise + columnwise)
+    ("plain", {}, False), ("swizzled scales", {"scale_layout": "swizzled"}, False),
+    ("hadamard (TE signs)", {"hadamard": True}, False), ("2D 16x16 blocks", {"block_2d": True}, False),
+    ("stochastic rounding", {"stochastic_rounding": True, "seed": 1}, False),
+    ("rowwise + columnwise", {}, True), ("rowwise + columnwise, 2D", {"block_2d": True}, True),
+    ("rowwise + columnwise, hadamard + SR", {"hadamard": True, "stochastic_rounding": True, "seed": 1}, True),
+]
+
+
 def recipe_cases(numel: int, device: torch.device, k: int = 8192) -> list[Case]:
     """Each option on a bf16 [numel / k, k] matrix with the global scale given; checked against the
     CPU kernel on the first 256 rows (a prefix of every output, for every option but the
@@ -243,15 +252,8 @@ def recipe_cases(numel: int, device: torch.device, k: int = 8192) -> list[Case]:
     x = torch.randn(numel // k, k, device=device, dtype=torch.bfloat16)
     g = reference.nvfp4_global_scale(reference.amax(x))
     head = x[:256].cpu()
-    variants = [
-        ("plain", {}, False), ("swizzled scales", {"scale_layout": "swizzled"}, False),
-        ("hadamard (TE signs)", {"hadamard": True}, False), ("2D 16x16 blocks", {"block_2d": True}, False),
-        ("stochastic rounding", {"stochastic_rounding": True, "seed": 1}, False),
-        ("rowwise + columnwise", {}, True), ("rowwise + columnwise, 2D", {"block_2d": True}, True),
-        ("rowwise + columnwise, hadamard + SR", {"hadamard": True, "stochastic_rounding": True, "seed": 1}, True),
-    ]
     cases = []
-    for name, options, both in variants:
+    for name, options, both in RECIPE_VARIANTS:
         quantize = ops.quantize_nvfp4_rowwise_columnwise if both else ops.quantize_nvfp4
         nbytes = numel * (2 + (2 if both else 1) * NVFP4_BYTES)
         cases.append(Case("nvfp4 recipe", f"recipe: {name}", "fp4ops", "bfloat16", tuple(x.shape), numel, nbytes,

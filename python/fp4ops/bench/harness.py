@@ -94,14 +94,8 @@ class Timer:
             return timing
         graph.replay()
         self._sync()
-        times = []
-        for _ in range(10):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
+        times, _ = timed_calls(graph.replay, self.device, 10)
+        times = [t / GRAPH_CALLS for t in times]
         timing.us_graph = statistics.median(times)
         timing.output = out
         return timing
