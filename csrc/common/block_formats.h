@@ -73,4 +73,12 @@ FP4OPS_HD uint32_t encode_element_pair(const BlockEncoding& enc, float even, flo
   return enc.zero_codes ? 0u : byte;
 }
 
+// The word holding elements v[0..7] of a block encoded as `enc` (element i in nibble i).
+FP4OPS_HD uint32_t encode_element_octet(const BlockEncoding& enc, const float* v) {
+  float y[8];
+  for (int i = 0; i < 8; ++i) y[i] = mul_rn(v[i], enc.element_multiplier);
+  const uint32_t word = e2m1x8_encode_not_nan(y);
+  return enc.zero_codes ? 0u : word;
+}
+
 }  // namespace fp4ops

@@ -87,18 +87,19 @@ FP4OPS_HD uint32_t e2m1_encode_stochastic(float y, uint32_t r) {
 // stochastic with element i taking byte i % 4 of word i / 4 of `random`.
 FP4OPS_HD void encode_block16(const float (&v)[16], const BlockEncoding& enc, const Philox4* random,
                               uint8_t (&out)[8]) {
-  for (int i = 0; i < 8; ++i) {
-    uint32_t byte;
-    if (random == nullptr) {
-      byte = encode_element_pair(enc, v[2 * i], v[2 * i + 1]);
-    } else {
-      const uint32_t word = random->w[i / 2];
-      const int shift = (i % 2) * 16;
-      const uint32_t even = e2m1_encode_stochastic(mul_rn(v[2 * i], enc.element_multiplier), word >> shift);
-      const uint32_t odd = e2m1_encode_stochastic(mul_rn(v[2 * i + 1], enc.element_multiplier), word >> (shift + 8));
-      byte = enc.zero_codes ? 0u : (even | (odd << 4));
+  if (random == nullptr) {
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t word = encode_element_octet(enc, v + 8 * w);
+      for (int b = 0; b < 4; ++b) out[4 * w + b] = static_cast<uint8_t>(word >> (8 * b));
     }
-    out[i] = static_cast<uint8_t>(byte);
+    return;
+  }
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t word = random->w[i / 2];
+    const int shift = (i % 2) * 16;
+    const uint32_t even = e2m1_encode_stochastic(mul_rn(v[2 * i], enc.element_multiplier), word >> shift);
+    const uint32_t odd = e2m1_encode_stochastic(mul_rn(v[2 * i + 1], enc.element_multiplier), word >> (shift + 8));
+    out[i] = static_cast<uint8_t>(enc.zero_codes ? 0u : (even | (odd << 4)));
   }
 }
 

@@ -40,11 +40,13 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     return false;
   }
   const int64_t segments = args.k / kSegmentElems;
-  // Each warp streams a contiguous K range of at least ~4 segments (enough to keep the prefetch
-  // ring full); up to 8 warps split K within the 16-row tile.
-  const int warps = static_cast<int>(std::clamp<int64_t>(segments / 4, 1, kMmaMaxWarps));
+  // Each warp streams at least ~4 segments (enough to keep the prefetch ring full); up to 8 warps
+  // share K within the 16-row tile, taking its segments in turn.
+  const int warps_k = static_cast<int>(std::clamp<int64_t>(segments / 4, 1, kMmaMaxWarps));
+  const int warps = warps_k * kMmaTilesPerCta;
   const size_t smem = Layout::smem_bytes(segments, warps);
-  const dim3 grid(static_cast<unsigned>((args.m + kMmaTileRows - 1) / kMmaTileRows), static_cast<unsigned>(batches));
+  constexpr int64_t kCtaRows = kMmaTileRows * kMmaTilesPerCta;
+  const dim3 grid(static_cast<unsigned>((args.m + kCtaRows - 1) / kCtaRows), static_cast<unsigned>(batches));
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     const auto kernel = gemv_mma_kernel<Format, BT, OutT>;
@@ -55,7 +57,7 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       if (device < opted_in.size()) opted_in[device].store(smem);
     }
-    kernel<<<grid, warps * 32, smem, stream>>>(args, static_cast<OutT*>(out.mutable_data_ptr()), warps);
+    kernel<<<grid, warps * 32, smem, stream>>>(args, static_cast<OutT*>(out.mutable_data_ptr()), warps_k);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;

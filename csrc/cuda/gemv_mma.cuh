@@ -7,20 +7,22 @@
 // multiply-adds. FP4 B is widened to fp16 like A: sm_90 has no E4M3 mma.sync in hardware (ptxas
 // lowers it to conversions plus fp16 HMMAs), so that detour bought nothing.
 //
-// Layout. A CTA owns 16 rows of one batch index (one MMA tile); its warps split K. Per 128-element
-// segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g and of row g + 8: the
-// row's elements [32t, 32t + 32), i.e. whole scale blocks. An MMA sums over the k-slots of all four
-// lanes t, so it mixes four different scale blocks. B's eight columns keep them apart: column n of
-// the B operand holds B's values only in the k-slots of the lane whose blocks belong to column n
-// (zeros elsewhere), so D[row, n] is the exact partial sum of one scale block:
+// Layout. A CTA owns kMmaTilesPerCta 16-row MMA tiles of one batch index; each tile's warps take
+// K's 128-element segments in turn. Per segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16
+// bytes of row g and of row g + 8: the row's elements [32t, 32t + 32), i.e. whole scale blocks. An
+// MMA sums over the k-slots of all four lanes t, so it mixes four different scale blocks. B's eight
+// columns keep them apart: column n of the B operand holds B's values only in the k-slots of the
+// lane whose blocks belong to column n (zeros elsewhere), so D[row, n] is the exact partial sum of
+// one scale block:
 //   NVFP4 (block 16): lane t's first block -> column 2t, its second -> column 2t + 1;
 //   MXFP4 (block 32): lane t's block -> column t (columns 4..7 stay zero).
 // A streams through a per-warp shared-memory ring filled by cp.async (3 segments in flight per warp
-// without holding registers). B never changes within a CTA, so each warp stages the B operand
-// registers of its segments once, in shared memory, in exactly the order the lanes read them (plus
-// a zero run for lanes whose column is not the active one). After each segment the four partials a lane holds are scaled in
-// fp32 (block scale times B's block scale, NaN propagating) and added to two per-row sums; lanes
-// and warps then combine in a fixed order, so results are bitwise reproducible.
+// without holding registers). B never changes within a CTA, so the first tile's warps stage the B
+// operand registers once, in shared memory, in exactly the order the lanes read them (plus a zero
+// run per warp for lanes whose column is not the active one). After each segment the four partials
+// a lane holds are scaled in fp32 (block scale times B's block scale, NaN propagating) and added to
+// two per-row sums; lanes and warps then combine in a fixed order, so results are bitwise
+// reproducible.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,11 @@ namespace fp4ops::cuda {
 
 constexpr int kMmaTileRows = 16;
 constexpr int kSegmentElems = 128;  // per row and warp step: 4 lanes x 32 elements
-constexpr int kMmaMaxWarps = 8;
+constexpr int kMmaMaxWarps = 8;     // per tile
+// Tiles per CTA: their warps share one copy of B's staged operands, and the CTA count of the L = 1
+// shapes fits in one wave (7168 rows: 224 CTAs of 16 warps for 264 slots, against 448 CTAs of 8
+// warps for 396 slots, 1.13 waves, with one tile per CTA).
+constexpr int kMmaTilesPerCta = 2;
 constexpr int kMmaStages = 4;  // A ring depth per warp: 3 segments (3 KB) in flight
 
 template <class Format, typename BT>
@@ -70,14 +76,13 @@ struct MmaGemvLayout {
 
 // Asynchronous global -> shared copies (cp.async): A streams through shared memory without holding
 // registers, so each warp keeps kMmaStages - 1 segments in flight. .cg: cached in L2 only.
-__device__ __forceinline__ void cp_async_16_streaming(void* smem_dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;"
-               :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(src));
+// smem_dst: a shared-memory address (__cvta_generic_to_shared).
+__device__ __forceinline__ void cp_async_16_streaming(uint32_t smem_dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(smem_dst), "l"(src));
 }
 template <int kBytes>
-__device__ __forceinline__ void cp_async_small(void* smem_dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
-               :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(src), "n"(kBytes));
+__device__ __forceinline__ void cp_async_small(uint32_t smem_dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(smem_dst), "l"(src), "n"(kBytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int kPending>
@@ -96,14 +101,16 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&halves));
 }
 
-// Writes warp `warp`'s B slots (and FP4 B's block scales) for segments [seg_begin, seg_end).
+// Writes a warp's B slots (and FP4 B's block scales) for its `count` segments first,
+// first + stride, ...
 template <class Format, typename BT>
-__device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l, int seg_begin, int seg_end,
+__device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l, int first, int stride, int count,
                                                  uint8_t* slots, uint32_t* b_scales, int lane) {
   using Layout = MmaGemvLayout<Format, BT>;
-  for (int task = seg_begin * 4 + lane; task < seg_end * 4; task += 32) {
-    const int64_t element0 = static_cast<int64_t>(task) * 32;  // segment * 128 + t * 32
-    uint4* slot = reinterpret_cast<uint4*>(slots + static_cast<int64_t>(task) * Layout::kSlotBytes);
+  for (int task = lane; task < count * 4; task += 32) {
+    const int slot_index = (first + task / 4 * stride) * 4 + task % 4;  // segment * 4 + t
+    const int64_t element0 = static_cast<int64_t>(slot_index) * 32;      // segment * 128 + t * 32
+    uint4* slot = reinterpret_cast<uint4*>(slots + static_cast<int64_t>(slot_index) * Layout::kSlotBytes);
     if constexpr (Layout::kFp4B) {
       // B's codes through A's own decoder: the same registers, the same power of two.
       const uint4 codes = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.b) + l * args.k / 2 + element0 / 2));
@@ -134,7 +141,8 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
   if constexpr (Layout::kFp4B) {
     constexpr int kBlocks = Layout::kBlocksPerSegment;
     const uint8_t* sb = args.b_scales + l * (args.k / Format::kBlock);
-    for (int i = seg_begin * kBlocks + lane; i < seg_end * kBlocks; i += 32) {
+    for (int task = lane; task < count * kBlocks; task += 32) {
+      const int i = (first + task / kBlocks * stride) * kBlocks + task % kBlocks;
       if constexpr (Layout::kNvfp4) {
         // fp32 bits of the E4M3 scale times 2^-kDecodeExponent, which undoes both operands'
         // decode factors (exact: at most 448 * 2^12).
@@ -147,26 +155,28 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
 }
 
 template <class Format, typename BT, typename OutT>
-__global__ void __launch_bounds__(kMmaMaxWarps * 32)
+__global__ void __launch_bounds__(kMmaMaxWarps * kMmaTilesPerCta * 32)
     gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, int warps_k) {
   using Layout = MmaGemvLayout<Format, BT>;
   constexpr int kBlocks = Layout::kBlocksPerSegment;
   extern __shared__ __align__(16) uint8_t smem[];
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int tile = warp / warps_k, kw = warp % warps_k;  // this warp's tile and turn along K
   const int g = lane / 4, t = lane % 4;
   const int64_t l = blockIdx.y;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kMmaTileRows;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMmaTilesPerCta + tile) * kMmaTileRows;
   const int segments = static_cast<int>(args.k / kSegmentElems);
-  const int seg_begin = segments * warp / warps_k, seg_end = segments * (warp + 1) / warps_k;
-  const int count = seg_end - seg_begin;
+  // Warp w takes segments w, w + warps_k, ...: at any moment the CTA's warps read adjacent
+  // segments of each row, i.e. contiguous runs of DRAM, and adjacent scale bytes.
+  const int count = (segments - kw + warps_k - 1) / warps_k;
 
   uint8_t* ring = smem + static_cast<size_t>(warp) * kMmaStages * Layout::kStageBytes;
-  uint8_t* slots = smem + Layout::ring_bytes(warps_k);
+  uint8_t* slots = smem + Layout::ring_bytes(warps);
   uint32_t* b_scales = reinterpret_cast<uint32_t*>(slots + Layout::slots_bytes(segments));
   uint8_t* zero_runs = slots + Layout::slots_bytes(segments) + Layout::scales_bytes(segments);
   uint8_t* zeros = zero_runs + warp * (Layout::kSlotBytes / 2);
-  float* row_partials = reinterpret_cast<float*>(zero_runs + warps_k * (Layout::kSlotBytes / 2));  // [warp][16]
+  float* row_partials = reinterpret_cast<float*>(zero_runs + warps * (Layout::kSlotBytes / 2));  // [warp][16]
 
   // Rows past M (last tile of a batch) read row M - 1 and are never stored.
   const int64_t last_row = args.m - 1;
@@ -178,26 +188,35 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32)
 
   // Segment i of this warp -> stage i % kMmaStages: lane (g, t) copies its own 16 bytes of rows g
   // and g + 8; lanes 0..15 copy one row's scale bytes each. One commit group per segment (empty
-  // past the end, so the wait count below stays uniform).
-  const auto issue = [&](int i) {
-    if (i < count) {
-      const int seg = seg_begin + i;
-      uint8_t* stage = ring + (i % kMmaStages) * Layout::kStageBytes;
-      cp_async_16_streaming(stage + g * 64 + 16 * t, a_g + seg * 64);
-      cp_async_16_streaming(stage + (g + 8) * 64 + 16 * t, a_g8 + seg * 64);
-      if (lane < kMmaTileRows) {
-        cp_async_small<kBlocks>(stage + Layout::kStageCodeBytes + lane * kBlocks, scales_row + seg * kBlocks);
-      }
+  // past the end, so the wait count below stays uniform). The sources advance by one segment per
+  // call and the destination offset cycles through the ring: recomputing the clamped 64-bit row
+  // addresses per segment cost ~70 of the loop's ~250 instructions.
+  const uint8_t* next_g = a_g + kw * 64;
+  const uint8_t* next_g8 = a_g8 + kw * 64;
+  const uint8_t* next_scales = scales_row + kw * kBlocks;
+  const uint32_t ring_codes = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + g * 64 + 16 * t;
+  const uint32_t ring_scales = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + Layout::kStageCodeBytes + lane * kBlocks;
+  uint32_t issue_offset = 0;  // (issued % kMmaStages) * kStageBytes
+  int issued = 0;
+  const auto issue = [&]() {
+    if (issued < count) {
+      cp_async_16_streaming(ring_codes + issue_offset, next_g);
+      cp_async_16_streaming(ring_codes + issue_offset + 8 * 64, next_g8);
+      if (lane < kMmaTileRows) cp_async_small<kBlocks>(ring_scales + issue_offset, next_scales);
     }
     cp_async_commit();
+    next_g += 64 * warps_k, next_g8 += 64 * warps_k, next_scales += kBlocks * warps_k;
+    issue_offset = issue_offset == (kMmaStages - 1) * Layout::kStageBytes ? 0 : issue_offset + Layout::kStageBytes;
+    ++issued;
   };
 #pragma unroll
-  for (int i = 0; i < kMmaStages - 1; ++i) issue(i);
+  for (int i = 0; i < kMmaStages - 1; ++i) issue();
 
-  // B's operands are staged while the first A segments are on their way.
-  stage_b_segments<Format, BT>(args, l, seg_begin, seg_end, slots, b_scales, lane);
+  // B's operands are staged (by the first tile's warps, for the whole CTA) while the first A
+  // segments are on their way.
+  if (tile == 0) stage_b_segments<Format, BT>(args, l, kw, warps_k, count, slots, b_scales, lane);
   if (lane < Layout::kSlotBytes / 16) reinterpret_cast<uint2*>(zeros)[lane] = make_uint2(0u, 0u);
-  __syncwarp();
+  __syncthreads();
 
   // The lane's D columns are 2t and 2t + 1, i.e. blocks 2t, 2t + 1 of the segment; for MXFP4 only
   // lanes t < 2 have real ones (the others read in-bounds bytes and skip the epilogue).
@@ -263,12 +282,12 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32)
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kMmaStages - 2>();  // this lane's copies of segment i have landed ...
     __syncwarp();                      // ... and every lane's (scale rows); stage (i - 1) is free
-    issue(i + kMmaStages - 1);
-    process_segment(ring + (i % kMmaStages) * Layout::kStageBytes, seg_begin + i);
+    issue();  // segment i + kMmaStages - 1
+    process_segment(ring + (i % kMmaStages) * Layout::kStageBytes, kw + i * warps_k);
   }
 
   // Lanes t of a quad hold the same rows' sums over different blocks: a fixed butterfly, then one
-  // partial per warp and row, summed over the warps in order.
+  // partial per warp and row, summed over the tile's warps in order.
 #pragma unroll
   for (int offset = 1; offset < 4; offset *= 2) {
     acc_g = __fadd_rn(acc_g, __shfl_xor_sync(0xFFFFFFFFu, acc_g, offset));
@@ -279,11 +298,13 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32)
     row_partials[warp * kMmaTileRows + g + 8] = acc_g8;
   }
   __syncthreads();
-  if (threadIdx.x < kMmaTileRows) {
-    const int64_t row = row0 + threadIdx.x;
+  if (threadIdx.x < kMmaTilesPerCta * kMmaTileRows) {
+    const int out_tile = threadIdx.x / kMmaTileRows, r = threadIdx.x % kMmaTileRows;
+    const int64_t row = (static_cast<int64_t>(blockIdx.x) * kMmaTilesPerCta + out_tile) * kMmaTileRows + r;
     if (row < args.m) {
-      float y = row_partials[threadIdx.x];
-      for (int w = 1; w < warps_k; ++w) y = __fadd_rn(y, row_partials[w * kMmaTileRows + threadIdx.x]);
+      const float* partials = row_partials + out_tile * warps_k * kMmaTileRows + r;
+      float y = partials[0];
+      for (int w = 1; w < warps_k; ++w) y = __fadd_rn(y, partials[w * kMmaTileRows]);
       if (args.a_global != nullptr) y = mul_rn(y, *args.a_global);
       if (args.b_global != nullptr) y = mul_rn(y, *args.b_global);
       out[l * args.m + row] = from_float<OutT>(y);

@@ -75,11 +75,7 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
     const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
     uint32_t words[kN / 8];
 #pragma unroll
-    for (int w = 0; w < kN / 8; ++w) {
-      words[w] = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) words[w] |= encode_element_pair(enc, v[8 * w + 2 * j], v[8 * w + 2 * j + 1]) << (8 * j);
-    }
+    for (int w = 0; w < kN / 8; ++w) words[w] = encode_element_octet(enc, v + 8 * w);
     if (active) {
       __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
       if (u % kLanesPerBlock == 0) scales[scale_index.scale_at(u / kLanesPerBlock, block)] = static_cast<uint8_t>(enc.scale_code);
