@@ -42,7 +42,11 @@ def assert_within_contract(y: torch.Tensor, a, b, out_dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 # K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 16-row tile, K split over
 # 1..8 warps); K = 32 the CUDA-core kernel.
-@pytest.mark.parametrize("shape", [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048), (2, 33, 4096), (1, 16, 128)])
+@pytest.mark.parametrize(
+    "shape",
+    # (17, 1024, 256): enough 16-row tiles (1088) for one-tile CTAs on the GPU; the rest take two.
+    [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048), (2, 33, 4096), (1, 16, 128), (17, 1024, 256)],
+)
 def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
     a, b = operands(fmt, b_kind, shape, device)
     y = fp4ops.gemv(a, b, out_dtype=out_dtype)

@@ -7,7 +7,7 @@
 // multiply-adds. FP4 B is widened to fp16 like A: sm_90 has no E4M3 mma.sync in hardware (ptxas
 // lowers it to conversions plus fp16 HMMAs), so that detour bought nothing.
 //
-// Layout. A CTA owns kMmaTilesPerCta 16-row MMA tiles of one batch index; each tile's warps take
+// Layout. A CTA owns one or two 16-row MMA tiles of one batch index; each tile's warps take
 // K's 128-element segments in turn. Per segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16
 // bytes of row g and of row g + 8: the row's elements [32t, 32t + 32), i.e. whole scale blocks. An
 // MMA sums over the k-slots of all four lanes t, so it mixes four different scale blocks. B's eight
@@ -38,10 +38,9 @@ namespace fp4ops::cuda {
 constexpr int kMmaTileRows = 16;
 constexpr int kSegmentElems = 128;  // per row and warp step: 4 lanes x 32 elements
 constexpr int kMmaMaxWarps = 8;     // per tile
-// Tiles per CTA: their warps share one copy of B's staged operands, and the CTA count of the L = 1
-// shapes fits in one wave (7168 rows: 224 CTAs of 16 warps for 264 slots, against 448 CTAs of 8
-// warps for 396 slots, 1.13 waves, with one tile per CTA).
-constexpr int kMmaTilesPerCta = 2;
+// Up to two tiles per CTA, whose warps share one copy of B's staged operands; the launcher takes
+// two where one-tile CTAs would be too few for the GPU (see gemv.cu).
+constexpr int kMmaMaxTilesPerCta = 2;
 constexpr int kMmaStages = 4;  // A ring depth per warp: 3 segments (3 KB) in flight
 
 template <class Format, typename BT>
@@ -155,17 +154,18 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
 }
 
 template <class Format, typename BT, typename OutT>
-__global__ void __launch_bounds__(kMmaMaxWarps * kMmaTilesPerCta * 32)
+__global__ void __launch_bounds__(kMmaMaxWarps * kMmaMaxTilesPerCta * 32)
     gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, int warps_k) {
   using Layout = MmaGemvLayout<Format, BT>;
   constexpr int kBlocks = Layout::kBlocksPerSegment;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int tiles = warps / warps_k;
   const int tile = warp / warps_k, kw = warp % warps_k;  // this warp's tile and turn along K
   const int g = lane / 4, t = lane % 4;
   const int64_t l = blockIdx.y;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMmaTilesPerCta + tile) * kMmaTileRows;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * tiles + tile) * kMmaTileRows;
   const int segments = static_cast<int>(args.k / kSegmentElems);
   // Warp w takes segments w, w + warps_k, ...: at any moment the CTA's warps read adjacent
   // segments of each row, i.e. contiguous runs of DRAM, and adjacent scale bytes.
@@ -298,9 +298,9 @@ __global__ void __launch_bounds__(kMmaMaxWarps * kMmaTilesPerCta * 32)
     row_partials[warp * kMmaTileRows + g + 8] = acc_g8;
   }
   __syncthreads();
-  if (threadIdx.x < kMmaTilesPerCta * kMmaTileRows) {
+  if (threadIdx.x < tiles * kMmaTileRows) {
     const int out_tile = threadIdx.x / kMmaTileRows, r = threadIdx.x % kMmaTileRows;
-    const int64_t row = (static_cast<int64_t>(blockIdx.x) * kMmaTilesPerCta + out_tile) * kMmaTileRows + r;
+    const int64_t row = (static_cast<int64_t>(blockIdx.x) * tiles + out_tile) * kMmaTileRows + r;
     if (row < args.m) {
       const float* partials = row_partials + out_tile * warps_k * kMmaTileRows + r;
       float y = partials[0];
