@@ -35,13 +35,21 @@ struct Nvfp4Format {
   // SPEC 2.3-2.5. An unusable g (a tensor argument is trusted, so it is checked here, on the
   // device, without a sync) makes the block scale NaN and, like a NaN block, all codes 0.
   FP4OPS_HD BlockEncoding encode(float block_max, bool block_is_finite) const {
-    const float g = global_scale;
-    if (!block_is_finite || !nvfp4_global_scale_is_valid(g)) return {kE4M3NaN, 0.0f, true};
-    const uint32_t code = e4m3_encode(div_rn(div_rn(block_max, kE2M1Max), g));
+    if (!block_is_finite || !nvfp4_global_scale_is_valid(global_scale)) return {kE4M3NaN, 0.0f, true};
+    const uint32_t code = scale_code(block_max);
+    return {code, element_multiplier(code), false};
+  }
+
+  // The two halves of encode() for a finite block and a usable g. scale_code gives 0..0x7E
+  // (E4M3's cvt saturates an infinite quotient to 448), so element_multiplier takes 127 codes.
+  FP4OPS_HD uint32_t scale_code(float block_max) const {
+    return e4m3_encode(div_rn(div_rn(block_max, kE2M1Max), global_scale));
+  }
+  FP4OPS_HD float element_multiplier(uint32_t code) const {
     const float scale = e4m3_decode(code);
-    if (scale == 0.0f) return {code, 0.0f, false};
-    const float multiplier = div_rn(1.0f, mul_rn(scale, g));  // Inf when scale * g underflows
-    return {code, multiplier > FLT_MAX ? FLT_MAX : multiplier, false};
+    if (scale == 0.0f) return 0.0f;
+    const float multiplier = div_rn(1.0f, mul_rn(scale, global_scale));  // Inf when scale * g underflows
+    return multiplier > FLT_MAX ? FLT_MAX : multiplier;
   }
 
   // SPEC 2.6: f = dec(sb) * g, once per block.
