@@ -142,8 +142,8 @@ FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
 
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
 // Round to nearest even on the E2M1 grid for a pair, on a GPU without FP4 instructions (sm_90),
-// in bf16x2 SIMD: about 13 instructions per pair where counting the grid midpoints below |y|
-// (SPEC 1's rule as written, 7 compares and their sums) took about 30. Steps, per 16-bit lane:
+// in bf16x2 SIMD: about 16 instructions per pair (SASS) where counting the midpoints below |y|
+// (SPEC 1's rule as written, 7 compares and their sums) took about 33. Steps, per 16-bit lane:
 //  1. r = |y| cut to bf16 with the lowest bit set when anything nonzero was cut ("round to
 //     odd"). r has 8 significant bits; rounding it to E2M1's 2 gives the same result as
 //     rounding |y| itself, because round-to-odd with at least two spare bits never creates or
