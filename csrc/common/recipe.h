@@ -69,18 +69,28 @@ FP4OPS_HD Philox4 philox4x32_10(uint64_t block, bool columnwise, uint64_t offset
 // carry rounds away from zero, so P(hi) = floor(256 t) / 256 (the carry-out rule of PTX's .rs
 // rounding, with 8 bits per element of an e2m1x4 conversion). |y| >= 6 and Inf saturate to 6;
 // the sign bit of y is kept (as in the round-to-nearest encoder). NaN: the caller zeroes the codes.
+//
+// In fixed point, with position = 256 * code(lo) + floor(256 t), the code is (position + r) >> 8.
+// From 1 up E2M1 has two grid points per binade, so the fp32 bits shifted right by 14 are exactly
+// that position (exponent and top mantissa bit: the code; the next 8 bits: floor(256 t)), offset
+// by 0xFC00 (1.0 -> 512, code 2). Below 1 the step is 0.5: position = floor(512 |y|), which the
+// GPU gets from one round-toward-zero add (16384 + |y| keeps 9 fraction bits) instead of a
+// float-to-int conversion: the conversions (three per element before) ran at a quarter of the
+// ALU rate.
 FP4OPS_HD uint32_t e2m1_encode_stochastic(float y, uint32_t r) {
-  const uint32_t sign = (float_to_bits(y) >> 31) << 3;
-  const float a = y < 0.0f ? -y : y;
-  if (!(a < 6.0f)) return sign | 0x7u;
-  // Grid spacing below a: 0.5 on [0, 2) (codes 0..3), 1 on [2, 4) (codes 4, 5), 2 on [4, 6) (6).
-  const float base = a < 2.0f ? 0.0f : (a < 4.0f ? 2.0f : 4.0f);
-  const float inv_step = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
-  const uint32_t base_code = a < 2.0f ? 0u : (a < 4.0f ? 4u : 6u);
-  const float steps = mul_rn(sub_rn(a, base), inv_step);  // exact: a - base is exact (Sterbenz)
-  const uint32_t whole = static_cast<uint32_t>(steps);
-  const uint32_t top8 = static_cast<uint32_t>(mul_rn(sub_rn(steps, static_cast<float>(whole)), 256.0f));
-  return sign | (base_code + whole + ((top8 + (r & 0xFFu)) >> 8));
+  const uint32_t bits = float_to_bits(y);
+  const float a = fminf(bits_to_float(bits & 0x7FFFFFFFu), kE2M1Max);
+  uint32_t position;
+  if (a >= 1.0f) {
+    position = (float_to_bits(a) >> 14) - 0xFC00u;
+  } else {
+#if defined(__CUDA_ARCH__)
+    position = float_to_bits(__fadd_rz(a, 16384.0f)) - 0x46800000u;  // 16384 = 0x46800000
+#else
+    position = static_cast<uint32_t>(mul_rn(a, 512.0f));  // exact product, truncated
+#endif
+  }
+  return ((bits >> 28) & 0x8u) | ((position + (r & 0xFFu)) >> 8);
 }
 
 // The eight code bytes of one 16-element block encoded as `enc`: round-to-nearest, or
