@@ -72,16 +72,10 @@ struct Mxfp4Format {
   FP4OPS_HD float decode_scale(uint32_t code) const { return e8m0_decode(code); }
 };
 
-// The byte holding elements (even, odd) of a block encoded as `enc`. A finite x times a finite
-// multiplier is never NaN and a block holding NaN/Inf has zero_codes set, so the NaN-free encoder
-// applies; it runs unconditionally and a select keeps the GPU code free of branches.
-FP4OPS_HD uint32_t encode_element_pair(const BlockEncoding& enc, float even, float odd) {
-  const uint32_t byte =
-      e2m1x2_encode_not_nan(mul_rn(even, enc.element_multiplier), mul_rn(odd, enc.element_multiplier));
-  return enc.zero_codes ? 0u : byte;
-}
-
-// The word holding elements v[0..7] of a block encoded as `enc` (element i in nibble i).
+// The word holding elements v[0..7] of a block encoded as `enc` (element i in nibble i). A finite
+// x times a finite multiplier is never NaN and a block holding NaN/Inf has zero_codes set, so the
+// NaN-free encoder applies; it runs unconditionally and a select keeps the GPU code free of
+// branches.
 FP4OPS_HD uint32_t encode_element_octet(const BlockEncoding& enc, const float* v) {
   float y[8];
   for (int i = 0; i < 8; ++i) y[i] = mul_rn(v[i], enc.element_multiplier);

@@ -33,7 +33,10 @@ void quantize_blocks(const scalar_t* x,     // [num_blocks * Format::kBlock]
       const BlockEncoding enc = format.encode(block_max, block_is_finite);
       scales[scale_index.offset(b)] = static_cast<uint8_t>(enc.scale_code);
       uint8_t* out = data + b * (kBlock / 2);
-      for (int i = 0; i < kBlock; i += 2) out[i / 2] = static_cast<uint8_t>(encode_element_pair(enc, v[i], v[i + 1]));
+      for (int i = 0; i < kBlock; i += 8) {
+        const uint32_t word = encode_element_octet(enc, v + i);
+        for (int b = 0; b < 4; ++b) out[i / 2 + b] = static_cast<uint8_t>(word >> (8 * b));
+      }
     }
   });
 }
