@@ -41,10 +41,10 @@ def assert_within_contract(y: torch.Tensor, a, b, out_dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("b_kind", ["fp4", "bfloat16", "float16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 # K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 16-row tile, K split over
-# 1..8 warps); K = 32 the CUDA-core kernel.
+# 1..8 warps); K = 32 the CUDA-core kernel. Shapes with many tiles per warp group:
+# test_many_tiles_per_group.
 @pytest.mark.parametrize(
     "shape",
-    # (17, 1024, 256): enough 16-row tiles (1088) for one-tile CTAs on the GPU; the rest take two.
     [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048), (2, 33, 4096), (1, 16, 128), (17, 1024, 256)],
 )
 def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
@@ -137,6 +137,27 @@ def test_tiny_bf16_b_with_large_scales(device, fmt):
     b = (torch.randn(l, k, device=device) * 2.0**-128).to(torch.bfloat16)
     for out_dtype in (torch.float32, torch.bfloat16):
         assert_within_contract(fp4ops.gemv(a, b, out_dtype=out_dtype).cpu(), to_cpu(a), to_cpu(b), out_dtype)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA GEMV kernel")
+@pytest.mark.parametrize("b_kind", ["fp4", "bfloat16"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+# Enough 16-row tiles that every warp group of the tensor-core kernel streams several of them
+# (its grid is one resident wave: ~264-528 groups per batch on an H100), K split over 8, 2 and 1
+# warps. Checked on a sample of rows (every 13th and the last 40, so both ends of every group's
+# share are among them for some groups) against the float64 reference on the CPU.
+@pytest.mark.parametrize("shape", [(2, 9000, 4096), (1, 40000, 1024), (1, 150000, 256)])
+def test_many_tiles_per_group(shape, fmt, b_kind):
+    a, b = operands(fmt, b_kind, shape, "cuda")
+    y = fp4ops.gemv(a, b, out_dtype=torch.float32).cpu()
+    m = shape[-2]
+    rows = torch.cat([torch.arange(0, m, 13), torch.arange(m - 40, m)]).unique()
+    a_rows = to_cpu(a)
+    if isinstance(a_rows, fp4ops.NVFP4Tensor):
+        a_rows = fp4ops.NVFP4Tensor(a_rows.data[..., rows, :], a_rows.scales[..., rows, :], a_rows.global_scale)
+    else:
+        a_rows = fp4ops.MXFP4Tensor(a_rows.data[..., rows, :], a_rows.scales[..., rows, :])
+    assert_within_contract(y[..., rows], a_rows, to_cpu(b), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

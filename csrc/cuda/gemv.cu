@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "../common/op_checks.h"
 #include "gemv_kernels.cuh"
@@ -31,6 +34,22 @@ at::Tensor aligned_contiguous(const at::Tensor& t) {
 // grid.y.
 constexpr int64_t kMmaMaxK = 32768;
 
+// CTAs of `kernel` resident on the whole GPU at once (occupancy times SMs), cached per kernel,
+// device and shared-memory size (the occupancy query costs a few microseconds of host time).
+template <typename Kernel>
+int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, size_t, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, smem);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const int resident = std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  cache.emplace(key, resident);
+  return resident;
+}
+
 template <class Format, typename BT>
 bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   using Layout = MmaGemvLayout<Format, BT>;
@@ -40,20 +59,13 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     return false;
   }
   const int64_t segments = args.k / kSegmentElems;
-  // Each warp streams at least ~4 segments (enough to keep the prefetch ring full); up to 8 warps
-  // share K within the 16-row tile, taking its segments in turn.
+  // Each warp streams at least ~4 segments of a tile (enough to keep the prefetch ring full); up to
+  // 8 warps share K within the 16-row tile, taking its segments in turn. warps_k depends on K only:
+  // it fixes the summation order, so results do not depend on the GPU or on M and L.
   const int warps_k = static_cast<int>(std::clamp<int64_t>(segments / 4, 1, kMmaMaxWarps));
-  // Two tiles per CTA where one-tile CTAs would number under 4 per SM: the L = 1 shapes then run
-  // in one wave of fuller SMs (7168 x 16384 on an H100: 224 CTAs of 16 warps, 2 per SM, against
-  // 448 of 8 warps at 3 per SM, 1.13 waves), measured 5-6 points of copy bandwidth better; with
-  // more tiles (L = 8) one tile per CTA measured better.
-  const int64_t tiles_total = (args.m + kMmaTileRows - 1) / kMmaTileRows * batches;
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int tiles_per_cta = tiles_total < 4 * static_cast<int64_t>(sms) ? kMmaMaxTilesPerCta : 1;
-  const int warps = warps_k * tiles_per_cta;
+  const int warps = kMmaMaxWarpsPerCta / warps_k * warps_k;
   const size_t smem = Layout::smem_bytes(segments, warps);
-  const int64_t cta_rows = kMmaTileRows * tiles_per_cta;
-  const dim3 grid(static_cast<unsigned>((args.m + cta_rows - 1) / cta_rows), static_cast<unsigned>(batches));
+  const int64_t tiles = (args.m + kMmaTileRows - 1) / kMmaTileRows;
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     const auto kernel = gemv_mma_kernel<Format, BT, OutT>;
@@ -64,6 +76,12 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       if (device < opted_in.size()) opted_in[device].store(smem);
     }
+    // As many CTAs as are resident at once, shared among the batches, never more groups than
+    // tiles: each group then streams an even share of its batch's tiles in one wave.
+    const int resident = resident_ctas(kernel, warps * 32, smem, device);
+    const int64_t groups = warps / warps_k;
+    const int64_t per_batch = std::clamp<int64_t>(resident / batches, 1, (tiles + groups - 1) / groups);
+    const dim3 grid(static_cast<unsigned>(per_batch), static_cast<unsigned>(batches));
     kernel<<<grid, warps * 32, smem, stream>>>(args, static_cast<OutT*>(out.mutable_data_ptr()), warps_k);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -7,22 +7,27 @@
 // multiply-adds. FP4 B is widened to fp16 like A: sm_90 has no E4M3 mma.sync in hardware (ptxas
 // lowers it to conversions plus fp16 HMMAs), so that detour bought nothing.
 //
-// Layout. A CTA owns one or two 16-row MMA tiles of one batch index; each tile's warps take
-// K's 128-element segments in turn. Per segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16
-// bytes of row g and of row g + 8: the row's elements [32t, 32t + 32), i.e. whole scale blocks. An
-// MMA sums over the k-slots of all four lanes t, so it mixes four different scale blocks. B's eight
-// columns keep them apart: column n of the B operand holds B's values only in the k-slots of the
-// lane whose blocks belong to column n (zeros elsewhere), so D[row, n] is the exact partial sum of
-// one scale block:
+// Layout. Each 16-row MMA tile is reduced by a group of warps_k warps (warps_k depends on K only,
+// so the summation order, and the result, does not depend on the GPU); the warps of a group take
+// the tile's K segments of 128 elements in turn. Per segment, lane (g, t) (g = lane / 4,
+// t = lane % 4) loads 16 bytes of row g and of row g + 8: the row's elements [32t, 32t + 32), i.e.
+// whole scale blocks. An MMA sums over the k-slots of all four lanes t, so it mixes four different
+// scale blocks. B's eight columns keep them apart: column n of the B operand holds B's values only
+// in the k-slots of the lane whose blocks belong to column n (zeros elsewhere), so D[row, n] is the
+// exact partial sum of one scale block:
 //   NVFP4 (block 16): lane t's first block -> column 2t, its second -> column 2t + 1;
 //   MXFP4 (block 32): lane t's block -> column t (columns 4..7 stay zero).
-// A streams through a per-warp shared-memory ring filled by cp.async (3 segments in flight per warp
-// without holding registers). B never changes within a CTA, so the first tile's warps stage the B
-// operand registers once, in shared memory, in exactly the order the lanes read them (plus a zero
-// run per warp for lanes whose column is not the active one). After each segment the four partials
-// a lane holds are scaled in fp32 (block scale times B's block scale, NaN propagating) and added to
-// two per-row sums; lanes and warps then combine in a fixed order, so results are bitwise
-// reproducible.
+// Schedule. The grid is sized to be resident at once (CTAs of up to 16 warps, blockIdx.y the batch
+// index) and every group streams an even, contiguous share of its batch's tiles: the per-warp
+// cp.async ring runs on across tile boundaries, so a warp's loads stay in flight from its first
+// segment to its last instead of draining and refilling once per tile (with one tile per group
+// and 1.7 waves of short CTAs, the seed shape (7168, 2048, 4) spent much of its time ramping).
+// B never changes within a CTA, so the CTA's warps stage the B operand registers once, in shared
+// memory, in exactly the order the lanes read them (plus a zero run per warp for lanes whose
+// column is not the active one). After each segment the four partials a lane holds are scaled in
+// fp32 (block scale times B's block scale, NaN propagating) and added to two per-row sums; at the
+// end of a tile the lanes and the group's warps combine them in a fixed order, so results are
+// bitwise reproducible.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +42,8 @@ namespace fp4ops::cuda {
 
 constexpr int kMmaTileRows = 16;
 constexpr int kSegmentElems = 128;  // per row and warp step: 4 lanes x 32 elements
-constexpr int kMmaMaxWarps = 8;     // per tile
-// Up to two tiles per CTA, whose warps share one copy of B's staged operands; the launcher takes
-// two where one-tile CTAs would be too few for the GPU (see gemv.cu).
-constexpr int kMmaMaxTilesPerCta = 2;
+constexpr int kMmaMaxWarps = 8;          // per tile (warps_k)
+constexpr int kMmaMaxWarpsPerCta = 16;   // groups of warps_k warps, sharing B's staged operands
 constexpr int kMmaStages = 4;  // A ring depth per warp: 3 segments (3 KB) in flight
 
 template <class Format, typename BT>
@@ -61,13 +64,13 @@ struct MmaGemvLayout {
 
   // Shared memory, in order: per warp an A ring of kMmaStages stages; B slots [segment][t]; FP4
   // B's block scales [segment][block] (fp32 bits or E8M0 codes); per warp a zero run of half a
-  // slot; per warp 16 row partials.
+  // slot; per warp two sets (by tile parity) of 16 row partials.
   static constexpr size_t ring_bytes(int warps) { return static_cast<size_t>(warps) * kMmaStages * kStageBytes; }
   static constexpr size_t slots_bytes(int64_t segments) { return static_cast<size_t>(segments) * 4 * kSlotBytes; }
   static constexpr size_t scales_bytes(int64_t segments) {
     return kFp4B ? static_cast<size_t>(segments) * kBlocksPerSegment * sizeof(uint32_t) : 0;
   }
-  static constexpr size_t per_warp_tail_bytes() { return kSlotBytes / 2 + kMmaTileRows * sizeof(float); }
+  static constexpr size_t per_warp_tail_bytes() { return kSlotBytes / 2 + 2 * kMmaTileRows * sizeof(float); }
   static constexpr size_t smem_bytes(int64_t segments, int warps) {
     return ring_bytes(warps) + slots_bytes(segments) + scales_bytes(segments) + warps * per_warp_tail_bytes();
   }
@@ -88,6 +91,25 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" :: "n"(kPending));
 }
+
+// Shared-memory loads by 32-bit shared address: the hot loop keeps its addresses as offsets that
+// advance by constants, instead of generic pointers the compiler re-derives every iteration.
+__device__ __forceinline__ uint4 lds_128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // Two E4M3 codes (low byte first) -> fp32, exactly (NaN stays NaN), with the sm_89+ cvt.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
@@ -153,68 +175,92 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
   }
 }
 
+// Named barrier over one group's warps (ids 1..15; 0 is __syncthreads).
+__device__ __forceinline__ void group_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+
+// The first and one-past-last tile of an even, contiguous share: tiles * i / n .. tiles * (i+1) / n.
+__device__ __forceinline__ int64_t share_begin(int64_t tiles, int64_t i, int64_t n) { return tiles * i / n; }
+
 template <class Format, typename BT, typename OutT>
-__global__ void __launch_bounds__(kMmaMaxWarps * kMmaMaxTilesPerCta * 32)
+__global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, int warps_k) {
   using Layout = MmaGemvLayout<Format, BT>;
   constexpr int kBlocks = Layout::kBlocksPerSegment;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int tiles = warps / warps_k;
-  const int tile = warp / warps_k, kw = warp % warps_k;  // this warp's tile and turn along K
+  const int groups = warps / warps_k;
+  const int group = warp / warps_k, kw = warp % warps_k;  // this warp's group and turn along K
   const int g = lane / 4, t = lane % 4;
   const int64_t l = blockIdx.y;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * tiles + tile) * kMmaTileRows;
   const int segments = static_cast<int>(args.k / kSegmentElems);
-  // Warp w takes segments w, w + warps_k, ...: at any moment the CTA's warps read adjacent
-  // segments of each row, i.e. contiguous runs of DRAM, and adjacent scale bytes.
+  // Warp kw takes segments kw, kw + warps_k, ... of each tile: at any moment a group's warps read
+  // adjacent segments of each row, i.e. contiguous runs of DRAM, and adjacent scale bytes.
   const int count = (segments - kw + warps_k - 1) / warps_k;
+
+  // This group's tiles of batch l: an even, contiguous share.
+  const int64_t tiles = (args.m + kMmaTileRows - 1) / kMmaTileRows;
+  const int64_t group_total = static_cast<int64_t>(gridDim.x) * groups;
+  const int64_t group_index = static_cast<int64_t>(blockIdx.x) * groups + group;
+  const int64_t tile_begin = share_begin(tiles, group_index, group_total);
+  const int64_t tile_end = share_begin(tiles, group_index + 1, group_total);
+  const int units = static_cast<int>(tile_end - tile_begin) * count;  // this warp's segments in all
 
   uint8_t* ring = smem + static_cast<size_t>(warp) * kMmaStages * Layout::kStageBytes;
   uint8_t* slots = smem + Layout::ring_bytes(warps);
   uint32_t* b_scales = reinterpret_cast<uint32_t*>(slots + Layout::slots_bytes(segments));
   uint8_t* zero_runs = slots + Layout::slots_bytes(segments) + Layout::scales_bytes(segments);
   uint8_t* zeros = zero_runs + warp * (Layout::kSlotBytes / 2);
-  float* row_partials = reinterpret_cast<float*>(zero_runs + warps * (Layout::kSlotBytes / 2));  // [warp][16]
+  float* row_partials = reinterpret_cast<float*>(zero_runs + warps * (Layout::kSlotBytes / 2));  // [warp][2][16]
 
   // Rows past M (last tile of a batch) read row M - 1 and are never stored.
-  const int64_t last_row = args.m - 1;
-  const auto tile_row = [&](int r) { return l * args.m + (row0 + r < last_row ? row0 + r : last_row); };
-  const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
-  const uint8_t* a_g = args.a_data + tile_row(g) * k_bytes + 16 * t;
-  const uint8_t* a_g8 = args.a_data + tile_row(g + 8) * k_bytes + 16 * t;
-  const uint8_t* scales_row = args.a_scales + tile_row(lane % kMmaTileRows) * k_blocks;  // lanes < 16 copy them
+  const int64_t last_row = args.m - 1, k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
+  const auto row_address = [&](int64_t tile, int r) {
+    const int64_t row = tile * kMmaTileRows + r;
+    return l * args.m + (row < last_row ? row : last_row);
+  };
 
   // Segment i of this warp -> stage i % kMmaStages: lane (g, t) copies its own 16 bytes of rows g
   // and g + 8; lanes 0..15 copy one row's scale bytes each. One commit group per segment (empty
-  // past the end, so the wait count below stays uniform). The sources advance by one segment per
-  // call and the destination offset cycles through the ring: recomputing the clamped 64-bit row
-  // addresses per segment cost ~70 of the loop's ~250 instructions.
-  const uint8_t* next_g = a_g + kw * 64;
-  const uint8_t* next_g8 = a_g8 + kw * 64;
-  const uint8_t* next_scales = scales_row + kw * kBlocks;
-  const uint32_t ring_codes = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + g * 64 + 16 * t;
-  const uint32_t ring_scales = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + Layout::kStageCodeBytes + lane * kBlocks;
+  // past the end, so the wait count below stays uniform). The sources advance by one turn per
+  // segment and jump to the next tile's rows after the tile's last one; the destination offset
+  // cycles through the ring.
+  const uint8_t *next_g, *next_g8, *next_scales;
+  const auto point_at_tile = [&](int64_t tile) {
+    next_g = args.a_data + row_address(tile, g) * k_bytes + 16 * t + kw * 64;
+    next_g8 = args.a_data + row_address(tile, g + 8) * k_bytes + 16 * t + kw * 64;
+    next_scales = args.a_scales + row_address(tile, lane % kMmaTileRows) * k_blocks + kw * kBlocks;
+  };
+  point_at_tile(tile_begin);
+  const uint32_t ring_codes = shared_address(ring) + g * 64 + 16 * t;  // this lane's 16 bytes of row g
+  const uint32_t ring_scales = shared_address(ring) + Layout::kStageCodeBytes + lane * kBlocks;
+  const int64_t code_step = 64 * warps_k, scale_step = kBlocks * warps_k;
   uint32_t issue_offset = 0;  // (issued % kMmaStages) * kStageBytes
-  int issued = 0;
+  int issued = 0, issue_turn = 0;
+  int64_t issue_tile = tile_begin;
   const auto issue = [&]() {
-    if (issued < count) {
+    if (issued < units) {
       cp_async_16_streaming(ring_codes + issue_offset, next_g);
       cp_async_16_streaming(ring_codes + issue_offset + 8 * 64, next_g8);
       if (lane < kMmaTileRows) cp_async_small<kBlocks>(ring_scales + issue_offset, next_scales);
+      if (++issue_turn == count) {
+        issue_turn = 0;
+        point_at_tile(++issue_tile);
+      } else {
+        next_g += code_step, next_g8 += code_step, next_scales += scale_step;
+      }
     }
     cp_async_commit();
-    next_g += 64 * warps_k, next_g8 += 64 * warps_k, next_scales += kBlocks * warps_k;
     issue_offset = issue_offset == (kMmaStages - 1) * Layout::kStageBytes ? 0 : issue_offset + Layout::kStageBytes;
     ++issued;
   };
 #pragma unroll
   for (int i = 0; i < kMmaStages - 1; ++i) issue();
 
-  // B's operands are staged (by the first tile's warps, for the whole CTA) while the first A
-  // segments are on their way.
-  if (tile == 0) stage_b_segments<Format, BT>(args, l, kw, warps_k, count, slots, b_scales, lane);
+  // B's operands are staged by all the CTA's warps while the first A segments are on their way.
+  stage_b_segments<Format, BT>(args, l, warp, warps, (segments - warp + warps - 1) / warps, slots, b_scales, lane);
   if (lane < Layout::kSlotBytes / 16) reinterpret_cast<uint2*>(zeros)[lane] = make_uint2(0u, 0u);
   __syncthreads();
 
@@ -227,29 +273,37 @@ __global__ void __launch_bounds__(kMmaMaxWarps * kMmaMaxTilesPerCta * 32)
   const bool live_half0 = Layout::kNvfp4 ? g == 2 * t : g == t;
   const bool live_half1 = Layout::kNvfp4 ? g == 2 * t + 1 : g == t;
 
+  // Shared addresses the loop advances: B's half-slots for this lane (or its zero run, which does
+  // not advance) and FP4 B's block scales, per segment by one turn (warps_k segments).
+  const uint32_t slot0 = shared_address(slots) + (kw * 4 + t) * Layout::kSlotBytes;
+  const uint32_t slot_step = warps_k * 4 * Layout::kSlotBytes, zeros_address = shared_address(zeros);
+  const uint32_t b_half0_first = live_half0 ? slot0 : zeros_address, b_half0_step = live_half0 ? slot_step : 0;
+  const uint32_t b_half1_first = live_half1 ? slot0 + Layout::kSlotBytes / 2 : zeros_address;
+  const uint32_t b_half1_step = live_half1 ? slot_step : 0;
+  const uint32_t b_scales_first = shared_address(b_scales) + (kw * kBlocks + 2 * t) * sizeof(uint32_t);
+  const uint32_t b_scales_step = warps_k * kBlocks * sizeof(uint32_t);
+  uint32_t b_half0 = b_half0_first, b_half1 = b_half1_first, b_scale = b_scales_first;
+
   float acc_g = 0.0f, acc_g8 = 0.0f;
-  const auto process_segment = [&](const uint8_t* stage, int seg) {
-    const uint8_t* slot = slots + (static_cast<int64_t>(seg) * 4 + t) * Layout::kSlotBytes;
-    const uint8_t* b_half[2] = {live_half0 ? slot : zeros, live_half1 ? slot + Layout::kSlotBytes / 2 : zeros};
-    const uint4 row_g = *reinterpret_cast<const uint4*>(stage + g * 64 + 16 * t);
-    const uint4 row_g8 = *reinterpret_cast<const uint4*>(stage + (g + 8) * 64 + 16 * t);
+  const auto process_segment = [&](uint32_t stage_offset) {
+    const uint32_t codes = ring_codes + stage_offset;  // row g; row g + 8 is 8 * 64 bytes on
+    const uint4 row_g = lds_128(codes), row_g8 = lds_128(codes + 8 * 64);
     const uint32_t words_g[4] = {row_g.x, row_g.y, row_g.z, row_g.w};
     const uint32_t words_g8[4] = {row_g8.x, row_g8.y, row_g8.z, row_g8.w};
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint8_t* b = b_half[j / 2] + (j % 2) * (Layout::kSlotBytes / 4);
       using MmaT = typename Layout::MmaT;
-      const uint4 bw = *reinterpret_cast<const uint4*>(b);
+      const uint4 bw = lds_128((j < 2 ? b_half0 : b_half1) + (j % 2) * (Layout::kSlotBytes / 4));
       const Regs4 x = DenseOperand<MmaT>::decode(words_g[j]), y = DenseOperand<MmaT>::decode(words_g8[j]);
       mma_m16n8k16<MmaT>(d, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
       mma_m16n8k16<MmaT>(d, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
     }
     if (!has_columns) return;
     // d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}: blocks 2t and 2t + 1 of rows g, g + 8.
-    const uint8_t* stage_scales = stage + Layout::kStageCodeBytes + scale_offset;
-    const uint32_t scales_g = *reinterpret_cast<const uint16_t*>(stage_scales + g * kBlocks);
-    const uint32_t scales_g8 = *reinterpret_cast<const uint16_t*>(stage_scales + (g + 8) * kBlocks);
+    const uint32_t stage_scales = ring_codes - (g * 64 + 16 * t) + stage_offset + Layout::kStageCodeBytes + scale_offset;
+    const uint32_t scales_g = lds_u16(stage_scales + g * kBlocks);
+    const uint32_t scales_g8 = lds_u16(stage_scales + (g + 8) * kBlocks);
     float sa[4];
     const uint32_t sa_codes[4] = {scales_g & 0xFFu, scales_g >> 8, scales_g8 & 0xFFu, scales_g8 >> 8};
     if constexpr (Layout::kNvfp4) {
@@ -264,11 +318,13 @@ __global__ void __launch_bounds__(kMmaMaxWarps * kMmaMaxTilesPerCta * 32)
     float partial[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int column = 2 * t + i % 2;
-      if constexpr (Layout::kFp4B && Layout::kNvfp4) {
-        partial[i] = mul_rn(mul_rn(d[i], sa[i]), bits_to_float(b_scales[seg * kBlocks + column]));  // sb * 2^-kDecodeExponent
-      } else if constexpr (Layout::kFp4B) {
-        partial[i] = scale_by_e8m0_pair(d[i], sa_codes[i], b_scales[seg * kBlocks + column], -Layout::kDecodeExponent);
+      if constexpr (Layout::kFp4B) {
+        const uint32_t sb = lds_u32(b_scale + (i % 2) * sizeof(uint32_t));  // B's block 2t + i % 2
+        if constexpr (Layout::kNvfp4) {
+          partial[i] = mul_rn(mul_rn(d[i], sa[i]), bits_to_float(sb));  // sb * 2^-kDecodeExponent
+        } else {
+          partial[i] = scale_by_e8m0_pair(d[i], sa_codes[i], sb, -Layout::kDecodeExponent);
+        }
       } else if constexpr (Layout::kNvfp4) {
         partial[i] = mul_rn(d[i], undo(sa[i]));  // sa * 2^14 <= 448 * 2^14
       } else {
@@ -279,35 +335,52 @@ __global__ void __launch_bounds__(kMmaMaxWarps * kMmaMaxTilesPerCta * 32)
     acc_g8 = __fadd_rn(__fadd_rn(acc_g8, partial[2]), partial[3]);
   };
 
-  for (int i = 0; i < count; ++i) {
+  const auto store_row = [&](int64_t row, float y) {
+    if (row >= args.m) return;
+    if (args.a_global != nullptr) y = mul_rn(y, *args.a_global);
+    if (args.b_global != nullptr) y = mul_rn(y, *args.b_global);
+    out[l * args.m + row] = from_float<OutT>(y);
+  };
+  // End of a tile: lanes t of a quad hold the same rows' sums over different blocks: a fixed
+  // butterfly, then one partial per warp and row, summed over the group's warps in order (the
+  // partials alternate between two buffers by tile parity, so one barrier per tile suffices:
+  // a buffer is rewritten only after the next tile's barrier, which its reader has passed).
+  const auto finish_tile = [&](int64_t tile, int parity) {
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+      acc_g = __fadd_rn(acc_g, __shfl_xor_sync(0xFFFFFFFFu, acc_g, offset));
+      acc_g8 = __fadd_rn(acc_g8, __shfl_xor_sync(0xFFFFFFFFu, acc_g8, offset));
+    }
+    const int64_t row0 = tile * kMmaTileRows;
+    if (warps_k == 1) {
+      if (t == 0) store_row(row0 + g, acc_g), store_row(row0 + g + 8, acc_g8);
+    } else {
+      float* mine = row_partials + (warp * 2 + parity) * kMmaTileRows;
+      if (t == 0) mine[g] = acc_g, mine[g + 8] = acc_g8;
+      group_barrier(1 + group, warps_k * 32);
+      if (kw == 0 && lane < kMmaTileRows) {
+        float y = mine[lane];
+        for (int w = 1; w < warps_k; ++w) y = __fadd_rn(y, mine[w * 2 * kMmaTileRows + lane]);
+        store_row(row0 + lane, y);
+      }
+    }
+    acc_g = 0.0f, acc_g8 = 0.0f;
+  };
+
+  int turn = 0, parity = 0;
+  int64_t tile = tile_begin;
+  uint32_t stage_offset = 0;
+  for (int i = 0; i < units; ++i) {
     cp_async_wait<kMmaStages - 2>();  // this lane's copies of segment i have landed ...
     __syncwarp();                      // ... and every lane's (scale rows); stage (i - 1) is free
     issue();  // segment i + kMmaStages - 1
-    process_segment(ring + (i % kMmaStages) * Layout::kStageBytes, kw + i * warps_k);
-  }
-
-  // Lanes t of a quad hold the same rows' sums over different blocks: a fixed butterfly, then one
-  // partial per warp and row, summed over the tile's warps in order.
-#pragma unroll
-  for (int offset = 1; offset < 4; offset *= 2) {
-    acc_g = __fadd_rn(acc_g, __shfl_xor_sync(0xFFFFFFFFu, acc_g, offset));
-    acc_g8 = __fadd_rn(acc_g8, __shfl_xor_sync(0xFFFFFFFFu, acc_g8, offset));
-  }
-  if (t == 0) {
-    row_partials[warp * kMmaTileRows + g] = acc_g;
-    row_partials[warp * kMmaTileRows + g + 8] = acc_g8;
-  }
-  __syncthreads();
-  if (threadIdx.x < tiles * kMmaTileRows) {
-    const int out_tile = threadIdx.x / kMmaTileRows, r = threadIdx.x % kMmaTileRows;
-    const int64_t row = (static_cast<int64_t>(blockIdx.x) * tiles + out_tile) * kMmaTileRows + r;
-    if (row < args.m) {
-      const float* partials = row_partials + out_tile * warps_k * kMmaTileRows + r;
-      float y = partials[0];
-      for (int w = 1; w < warps_k; ++w) y = __fadd_rn(y, partials[w * kMmaTileRows]);
-      if (args.a_global != nullptr) y = mul_rn(y, *args.a_global);
-      if (args.b_global != nullptr) y = mul_rn(y, *args.b_global);
-      out[l * args.m + row] = from_float<OutT>(y);
+    process_segment(stage_offset);
+    stage_offset = stage_offset == (kMmaStages - 1) * Layout::kStageBytes ? 0 : stage_offset + Layout::kStageBytes;
+    b_half0 += b_half0_step, b_half1 += b_half1_step, b_scale += b_scales_step;
+    if (++turn == count) {
+      finish_tile(tile++, parity);
+      turn = 0, parity ^= 1;
+      b_half0 = b_half0_first, b_half1 = b_half1_first, b_scale = b_scales_first;
     }
   }
 }
