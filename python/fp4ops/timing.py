@@ -9,13 +9,11 @@ from typing import Callable
 
 import torch
 
-HOST_PAD_CYCLES = 100_000  # ~50 us of GPU clock cycles, longer than an op's host-side launch path
-# ~2 ms queued before the first call: the host's head start. Timed calls are all enqueued before
-# any is waited on, so after it the GPU works through a backlog and a host-side pause (another
-# process's CPU load) never leaves it idle inside a timed region. Synchronizing after each call, as
-# this did before, let pauses of up to ~1 ms into the timings: one H100 suite run had a GEMV row at
-# a median of 409 us against a minimum of 65 us, another an amax row at 54 us against 48 us.
-HEAD_START_CYCLES = 4_000_000
+# ~0.5 ms of GPU clock cycles queued before each start event, longer than an op's host-side launch
+# path. 50 us was not always enough: in one H100 suite run a GEMV row timed a median of 409 us
+# against a minimum of 65 us (its graph replay: 65 us), i.e. host pauses of up to ~1 ms (another
+# process's CPU load) reached the timed region.
+HOST_PAD_CYCLES = 1_000_000
 
 
 def timed_calls(fn: Callable[[], object], device: torch.device, repeats: int,
@@ -23,25 +21,20 @@ def timed_calls(fn: Callable[[], object], device: torch.device, repeats: int,
     """Times `repeats` calls of fn (no warm-up), each in microseconds; `before_each` (e.g. an L2
     flush) runs untimed. Returns the times and what the last call returned."""
     times, out = [], None
-    if device.type == "cuda":
-        torch.cuda._sleep(HEAD_START_CYCLES)
-        events = []
-        for _ in range(repeats):
-            if before_each is not None:
-                before_each()
+    for _ in range(repeats):
+        if before_each is not None:
+            before_each()
+        if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            # Keep the GPU busy while the host enqueues the call (the backlog's last line of defence).
+            # Keep the GPU busy while the host enqueues the call, so a host-side pause (Python,
+            # another process) between the start event and the kernels is not timed.
             torch.cuda._sleep(HOST_PAD_CYCLES)
             start.record()
             out = fn()
             end.record()
-            events.append((start, end))
-        events[-1][1].synchronize()
-        times = [start.elapsed_time(end) * 1e3 for start, end in events]
-    else:
-        for _ in range(repeats):
-            if before_each is not None:
-                before_each()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        else:
             t0 = time.perf_counter()
             out = fn()
             times.append((time.perf_counter() - t0) * 1e6)
