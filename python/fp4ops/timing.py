@@ -9,11 +9,7 @@ from typing import Callable
 
 import torch
 
-# ~0.5 ms of GPU clock cycles queued before each start event, longer than an op's host-side launch
-# path. 50 us was not always enough: in one H100 suite run a GEMV row timed a median of 409 us
-# against a minimum of 65 us (its graph replay: 65 us), i.e. host pauses of up to ~1 ms (another
-# process's CPU load) reached the timed region.
-HOST_PAD_CYCLES = 1_000_000
+HOST_PAD_CYCLES = 100_000  # ~50 us of GPU clock cycles, longer than an op's host-side launch path
 
 
 def timed_calls(fn: Callable[[], object], device: torch.device, repeats: int,
