@@ -25,6 +25,13 @@ from ..timing import timed_calls
 FLUSH_BYTES = 256 << 20  # > 2x the L2 of every Hopper/Blackwell part (H100 50 MB, H200 60 MB, B200 126 MB)
 CEILING_BYTES = 512 << 20
 GRAPH_CALLS = 20  # calls captured per graph; the replay time is divided by this
+# A row whose 90th percentile is over SPREAD_LIMIT x its fastest call is timed again (up to
+# SPREAD_RETRIES more times; the attempt with the smallest median is kept). Every H100 suite run
+# had 3-4 such rows, kernels of 4 us to 250 us whose medians came out 2-100x their minimum, a
+# different row each run: interference from outside the timed call (host pauses ruled out: it
+# stayed with every call enqueued ahead on a 2 ms backlog).
+SPREAD_LIMIT = 2.0
+SPREAD_RETRIES = 2
 
 
 @dataclass
@@ -35,6 +42,7 @@ class Timing:
     us_p90: float = 0.0
     us_graph: float | None = None  # per call, from replaying a graph of GRAPH_CALLS calls (warm L2)
     graph_note: str = ""  # why there is no graph figure, where there is none
+    retries: int = 0  # re-timings after an abnormal spread (see Timer.cold)
 
 
 class Timer:
@@ -70,6 +78,18 @@ class Timer:
         self._sync()
         warm_ms = (time.perf_counter() - t0) * 1e3
         reps = self.reps if warm_ms < self.slow_ms else max(5, self.reps // 6)
+        best = None
+        for attempt in range(1 + (SPREAD_RETRIES if self.cuda else 0)):
+            timing = self._cold_attempt(fn, reps)
+            timing.retries = attempt
+            if best is None or timing.us < best.us:
+                best = timing
+            if timing.us_p90 <= SPREAD_LIMIT * timing.us_min:
+                break
+        best.retries = timing.retries
+        return best
+
+    def _cold_attempt(self, fn: Callable[[], object], reps: int) -> Timing:
         gc.disable()  # no collector pauses inside the timed loop
         try:
             times, out = timed_calls(fn, self.device, reps, before_each=self.flush)
