@@ -182,17 +182,33 @@ __device__ __forceinline__ void group_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
-// The first and one-past-last tile of an even, contiguous share: tiles * i / n .. tiles * (i+1) / n.
-__device__ __forceinline__ int64_t share_begin(int64_t tiles, int64_t i, int64_t n) { return tiles * i / n; }
+// How a batch's 16-row tiles are shared among the groups of the grid: group i (of
+// gridDim.x * groups) takes the contiguous tiles [share_begin(i), share_begin(i + 1)), the first
+// `extra` groups one tile more than the others. The launcher divides, so the kernel does not
+// (a 64-bit division is ~70 instructions, a visible share of a warp's fixed cost on short rows).
+struct MmaSchedule {
+  int warps_k;            // warps per 16-row tile (depends on K only: it fixes the summation order)
+  int64_t tiles_per_group;
+  int64_t extra;          // tiles % groups of the grid
+
+  __device__ __forceinline__ int64_t share_begin(int64_t i) const { return i * tiles_per_group + (i < extra ? i : extra); }
+};
+
+// The ring offset after `offset`: stages of kStageBytes, wrapping after kMmaStages.
+template <int kStageBytes>
+__device__ __forceinline__ uint32_t next_stage_offset(uint32_t offset) {
+  return offset == (kMmaStages - 1) * kStageBytes ? 0 : offset + kStageBytes;
+}
 
 template <class Format, typename BT, typename OutT>
 __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
-    gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, int warps_k) {
+    gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, MmaSchedule schedule) {
   using Layout = MmaGemvLayout<Format, BT>;
   constexpr int kBlocks = Layout::kBlocksPerSegment;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int warps_k = schedule.warps_k;
   const int groups = warps / warps_k;
   const int group = warp / warps_k, kw = warp % warps_k;  // this warp's group and turn along K
   const int g = lane / 4, t = lane % 4;
@@ -203,11 +219,9 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
   const int count = (segments - kw + warps_k - 1) / warps_k;
 
   // This group's tiles of batch l: an even, contiguous share.
-  const int64_t tiles = (args.m + kMmaTileRows - 1) / kMmaTileRows;
-  const int64_t group_total = static_cast<int64_t>(gridDim.x) * groups;
   const int64_t group_index = static_cast<int64_t>(blockIdx.x) * groups + group;
-  const int64_t tile_begin = share_begin(tiles, group_index, group_total);
-  const int64_t tile_end = share_begin(tiles, group_index + 1, group_total);
+  const int64_t tile_begin = schedule.share_begin(group_index);
+  const int64_t tile_end = schedule.share_begin(group_index + 1);
   const int units = static_cast<int>(tile_end - tile_begin) * count;  // this warp's segments in all
 
   uint8_t* ring = smem + static_cast<size_t>(warp) * kMmaStages * Layout::kStageBytes;
@@ -255,7 +269,7 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
       }
     }
     cp_async_commit();
-    issue_offset = issue_offset == (kMmaStages - 1) * Layout::kStageBytes ? 0 : issue_offset + Layout::kStageBytes;
+    issue_offset = next_stage_offset<Layout::kStageBytes>(issue_offset);
     ++issued;
   };
 #pragma unroll
@@ -287,6 +301,7 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
   uint32_t b_half0 = b_half0_first, b_half1 = b_half1_first, b_scale = b_scales_first;
 
   float acc_g = 0.0f, acc_g8 = 0.0f;
+  const uint32_t ring_base = shared_address(ring);
   const auto process_segment = [&](uint32_t stage_offset) {
     const uint32_t codes = ring_codes + stage_offset;  // row g; row g + 8 is 8 * 64 bytes on
     const uint4 row_g = lds_128(codes), row_g8 = lds_128(codes + 8 * 64);
@@ -303,7 +318,7 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     }
     if (!has_columns) return;
     // d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}: blocks 2t and 2t + 1 of rows g, g + 8.
-    const uint32_t stage_scales = ring_codes - (g * 64 + 16 * t) + stage_offset + Layout::kStageCodeBytes + scale_offset;
+    const uint32_t stage_scales = ring_base + stage_offset + Layout::kStageCodeBytes + scale_offset;
     const uint32_t scales_g = lds_u16(stage_scales + g * kBlocks);
     const uint32_t scales_g8 = lds_u16(stage_scales + (g + 8) * kBlocks);
     float sa[4];
@@ -337,11 +352,12 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     acc_g8 = __fadd_rn(__fadd_rn(acc_g8, partial[2]), partial[3]);
   };
 
+  // The global scales, read once (a missing one is 1: multiplying by it is exact).
+  const float a_global = args.a_global != nullptr ? *args.a_global : 1.0f;
+  const float b_global = args.b_global != nullptr ? *args.b_global : 1.0f;
   const auto store_row = [&](int64_t row, float y) {
     if (row >= args.m) return;
-    if (args.a_global != nullptr) y = mul_rn(y, *args.a_global);
-    if (args.b_global != nullptr) y = mul_rn(y, *args.b_global);
-    out[l * args.m + row] = from_float<OutT>(y);
+    out[l * args.m + row] = from_float<OutT>(mul_rn(mul_rn(y, a_global), b_global));
   };
   // End of a tile: lanes t of a quad hold the same rows' sums over different blocks: a fixed
   // butterfly, then one partial per warp and row, summed over the group's warps in order (the
@@ -377,7 +393,7 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     __syncwarp();                      // ... and every lane's (scale rows); stage (i - 1) is free
     issue();  // segment i + kMmaStages - 1
     process_segment(stage_offset);
-    stage_offset = stage_offset == (kMmaStages - 1) * Layout::kStageBytes ? 0 : stage_offset + Layout::kStageBytes;
+    stage_offset = next_stage_offset<Layout::kStageBytes>(stage_offset);
     b_half0 += b_half0_step, b_half1 += b_half1_step, b_scale += b_scales_step;
     if (++turn == count) {
       finish_tile(tile++, parity);

@@ -100,6 +100,14 @@ struct Nvfp4TabulatedFormat {
   }
 };
 
+// Fills a CTA's table of element multipliers (Nvfp4TabulatedFormat::kCodes floats, shared
+// memory) for `format`; the caller synchronizes before the first lookup.
+__device__ __forceinline__ void tabulate_multipliers(const Nvfp4Format& format, float* table) {
+  for (int code = threadIdx.x; code < Nvfp4TabulatedFormat::kCodes; code += blockDim.x) {
+    table[code] = format.element_multiplier(code);
+  }
+}
+
 template <typename T, bool kAligned, class Source, class ScaleIndex>
 __global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Source source,
                                 uint8_t* __restrict__ data, uint8_t* __restrict__ scales, ScaleIndex scale_index) {
@@ -109,9 +117,7 @@ __global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Sou
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if constexpr (std::is_same_v<typename Source::Format, Nvfp4Format>) {
     __shared__ float multipliers[Nvfp4TabulatedFormat::kCodes];
-    for (int code = threadIdx.x; code < Nvfp4TabulatedFormat::kCodes; code += blockDim.x) {
-      multipliers[code] = format.element_multiplier(code);
-    }
+    tabulate_multipliers(format, multipliers);
     __syncthreads();
     quantize_chunks<T, kAligned>(x, num_chunks, first, stride, Nvfp4TabulatedFormat{format, multipliers}, data,
                                  scales, scale_index);

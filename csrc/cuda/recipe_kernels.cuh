@@ -8,6 +8,10 @@
 // t / 4 of strip t % 4: 16 values down the strip, one block of x^T, whose 8 code bytes sit next
 // to those of the other three strips (again one 32-byte sector per column). 2D tile maxima are
 // reduced across 16 rows in shared memory.
+//
+// Two kernels take the common rowwise-only cases without the tile's shared memory and barriers:
+// recipe_rowwise_kernel (1D scales: one thread per block, the plain quantizer's order) and
+// recipe_rowwise_2d_kernel (2D scales: a warp per 16 rows x 2 blocks, tile maxima by shuffles).
 #pragma once
 
 #include <cstdint>
@@ -52,11 +56,14 @@ __device__ __forceinline__ uint32_t finite_max_bits16(const float (&v)[16]) {
 }
 
 // Encode one block and store its 8 code bytes and its scale (at byte scale_offset of the scales).
-// `max_bits` >= kInfBits: non-finite. b is the block's index in its direction's output.
+// `max_bits` >= kInfBits: non-finite. b is the block's index in its direction's output. The
+// format is the CTA's tabulated one (Nvfp4TabulatedFormat: same bits as Nvfp4Format, without a
+// division per block).
 template <class ScaleIndex>
 __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, int64_t b, int64_t scale_offset,
-                                            const float (&v)[16], uint32_t max_bits, const Nvfp4Format& format,
-                                            const RecipeOptions& opt, bool columnwise) {
+                                            const float (&v)[16], uint32_t max_bits,
+                                            const Nvfp4TabulatedFormat& format, const RecipeOptions& opt,
+                                            bool columnwise) {
   const bool finite = max_bits < kInfBits;
   const BlockEncoding enc = format.encode(finite ? __uint_as_float(max_bits) : 0.0f, finite);
   Philox4 random;
@@ -77,17 +84,22 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
   __shared__ float tile[kRecipeTileRows * kRecipeRowStride];
   __shared__ uint32_t group_max[kRecipeTileRows][kRecipeTileBlocks];
   __shared__ uint32_t scratch[32];
-  Nvfp4Format row_format{1.0f}, col_format{1.0f};
+  __shared__ float row_table[Nvfp4TabulatedFormat::kCodes], col_table[Nvfp4TabulatedFormat::kCodes];
+  Nvfp4Format row_plain{1.0f}, col_plain{1.0f};
   if constexpr (!kAmaxOnly) {
     if (opt.rowwise) {
-      row_format = row_source.make();
-      row_source.publish(row_format);
+      row_plain = row_source.make();
+      row_source.publish(row_plain);
     }
     if (opt.columnwise) {
-      col_format = col_source.make();
-      col_source.publish(col_format);
+      col_plain = col_source.make();
+      col_source.publish(col_plain);
     }
+    tabulate_multipliers(row_plain, row_table);
+    tabulate_multipliers(col_plain, col_table);
+    __syncthreads();
   }
+  const Nvfp4TabulatedFormat row_format{row_plain, row_table}, col_format{col_plain, col_table};
   const int t = threadIdx.x;
   const int tr = t / 4, tb = t % 4;  // rowwise role: row, block column
   const int cl = t / 4, sl = t % 4;  // columnwise role: column, strip
@@ -173,11 +185,15 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
                       RecipeOut<ScaleIndex> out, uint32_t* __restrict__ amax_bits) {
   static_assert(kElemsPer32Bytes<T> == 16, "one 16-element block per 32-byte chunk");
   __shared__ uint32_t scratch[32];
-  Nvfp4Format format{1.0f};
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  Nvfp4Format plain{1.0f};
   if constexpr (!kAmaxOnly) {
-    format = source.make();
-    source.publish(format);
+    plain = source.make();
+    source.publish(plain);
+    tabulate_multipliers(plain, table);
+    __syncthreads();
   }
+  const Nvfp4TabulatedFormat format{plain, table};
   const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
   const bool rotate = opt.hadamard_signs >= 0;
   uint32_t amax = 0;
@@ -196,6 +212,57 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
   if constexpr (kAmaxOnly) {
     amax = block_reduce_max(amax, scratch);
     if (threadIdx.x == 0 && amax != 0) atomicMax(amax_bits, amax);
+  }
+}
+
+// Where the 2D kernel's warps work: unit u (one warp) is 16-row strip u / pairs (counted over all
+// matrices) and block columns 2 (u % pairs), 2 (u % pairs) + 1. Counts fit 32 bits (the launcher
+// checks), so the per-unit index math is two multiply-shift divisions.
+struct Recipe2dUnits {
+  int64_t rows, nb;    // rows per matrix, 16-element blocks per row
+  uint32_t strips;     // 16-row strips per matrix
+  uint32_t pairs;      // ceil(nb / 2)
+  uint32_t count;      // matrices * strips * pairs
+  FastDivU32 by_pairs, by_strips;
+};
+
+// Rowwise only, 2D 16x16 tile scales, 16-bit x. One warp per unit above: lane (r = lane / 2,
+// c = lane % 2) takes row r of the strip, block column c of the pair, and loads that block as the
+// plain quantizer does (32 contiguous bytes). The tile maximum is the max over the 16 lanes of
+// column c, an xor-shuffle reduction over the row bits of the lane index, so no shared memory
+// and no barrier are needed (the 64 x 64 tile kernel takes two per tile). Same blocks, maxima and
+// encoding as recipe_kernel's rowwise 2D path, hence the same bits: rows past a matrix's end
+// carry zeros into the maximum and store nothing.
+template <typename T, bool kAligned, class ScaleIndex>
+__global__ void __launch_bounds__(kRecipeThreads)
+recipe_rowwise_2d_kernel(const T* __restrict__ x, Recipe2dUnits units, RecipeOptions opt, Nvfp4Source source,
+                         RecipeOut<ScaleIndex> out) {
+  static_assert(kElemsPer32Bytes<T> == 16, "one 16-element block per 32-byte chunk");
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  const Nvfp4Format plain = source.make();
+  source.publish(plain);
+  tabulate_multipliers(plain, table);
+  __syncthreads();
+  const Nvfp4TabulatedFormat format{plain, table};
+  const int lane = threadIdx.x % 32;
+  const int r = lane / 2, c = lane % 2;
+  const uint32_t warps_per_block = blockDim.x / 32;
+  const uint32_t stride = gridDim.x * warps_per_block;
+  // Consecutive warps take consecutive pairs of one strip: a CTA covers 16 rows x 256 elements.
+  for (uint32_t unit = blockIdx.x * warps_per_block + threadIdx.x / 32; unit < units.count; unit += stride) {
+    const uint32_t strip = units.by_pairs.div(unit);
+    const uint32_t pair = unit - strip * units.pairs;
+    const uint32_t m = units.by_strips.div(strip);
+    const int64_t row = static_cast<int64_t>(strip - m * units.strips) * 16 + r;
+    const int64_t cb = static_cast<int64_t>(pair) * 2 + c;
+    const bool valid = row < units.rows && cb < units.nb;
+    const int64_t b = (m * units.rows + row) * units.nb + cb;  // block = 32-byte chunk index
+    float v[16] = {};
+    if (valid) load_chunk32<T, kAligned>(x, b, v);
+    uint32_t tile_max = max_abs_bits(v);
+#pragma unroll
+    for (int offset = 2; offset < 32; offset *= 2) tile_max = max(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
+    if (valid) store_block(out, b, out.index.offset(b, m, row, cb), v, tile_max, format, opt, false);
   }
 }
 
