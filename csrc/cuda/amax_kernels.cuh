@@ -21,35 +21,17 @@ __device__ __forceinline__ uint32_t block_reduce_max(uint32_t m, uint32_t* scrat
   return m;
 }
 
-// Groups of 8 elements a thread loads before it reduces any of them: four 16-byte loads in flight
-// per thread instead of one, so the memory pipe fills within the first iteration (the ramp and
-// the tail are what separated a 2^26 amax from the read ceiling).
-constexpr int kAmaxGroupsInFlight = 4;
-
-__device__ __forceinline__ uint32_t finite_max_bits8(uint32_t m, const float (&v)[8]) {
-#pragma unroll
-  for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(finite_abs(v[j])));
-  return m;
-}
-
 // Finite max of x[0, numel) from this thread's grid-stride share (fp32 bits).
 template <typename T, bool kAligned>
 __device__ __forceinline__ uint32_t thread_finite_max_bits(const T* __restrict__ x, int64_t numel, int64_t first,
                                                            int64_t stride) {
   uint32_t m = 0;
   const int64_t num_groups = numel / 8;
-  int64_t g = first;
-  for (; g + (kAmaxGroupsInFlight - 1) * stride < num_groups; g += kAmaxGroupsInFlight * stride) {
-    float v[kAmaxGroupsInFlight][8];
-#pragma unroll
-    for (int i = 0; i < kAmaxGroupsInFlight; ++i) load_group8<T, kAligned>(x, g + i * stride, v[i]);
-#pragma unroll
-    for (int i = 0; i < kAmaxGroupsInFlight; ++i) m = finite_max_bits8(m, v[i]);
-  }
-  for (; g < num_groups; g += stride) {
+  for (int64_t g = first; g < num_groups; g += stride) {
     float v[8];
     load_group8<T, kAligned>(x, g, v);
-    m = finite_max_bits8(m, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(finite_abs(v[j])));
   }
   for (int64_t i = num_groups * 8 + first; i < numel; i += stride) m = max(m, __float_as_uint(finite_abs(to_float(x[i]))));
   return m;
