@@ -67,10 +67,9 @@ def test_rowwise_and_columnwise_match_reference(shape, dtype, opt, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-# Rowwise only with 16-bit x takes the per-block kernel (1D scales) or the per-warp 2D kernel on
-# CUDA; (2, 128, 256) has no swizzle padding, so the 1D one walks the blocks in swizzled-memory
-# order there; (37, 64) and (3, 20, 48) end in a partial 16-row strip, and (3, 20, 48) in a
-# partial pair of block columns.
+# Rowwise only with 1D scales and 16-bit x takes the per-block kernel on CUDA; (2, 128, 256) has
+# no swizzle padding, so it walks the blocks in swizzled-memory order there; (37, 64) and
+# (3, 20, 48) end in a partial 16-row strip (2D tiles of fewer rows).
 @pytest.mark.parametrize("shape", [(37, 64), (3, 20, 48), (128,), (2, 128, 256)], ids=str)
 def test_rowwise_only_match_reference(shape, dtype, opt, device):
     if opt[0] and len(shape) < 2:
@@ -97,8 +96,8 @@ def test_columnwise_only_and_given_scale(opt, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
-# fp32 through both directions (the tile kernel on CUDA); bf16 rowwise only (the per-block and
-# per-warp 2D kernels).
+# fp32 through both directions (the tile kernel on CUDA); bf16 rowwise only (the per-block kernel
+# for 1D scales).
 @pytest.mark.parametrize("columnwise, dtype", [(True, torch.float32), (False, torch.bfloat16)], ids=["both-fp32", "rowwise-bf16"])
 def test_special_values(columnwise, dtype, opt, device):
     """NaN/Inf in a block (a rotated group, or a whole 2D tile, goes NaN with codes 0), zeros,

@@ -1,13 +1,9 @@
 // Launcher of quantize_nvfp4_recipe: checks, outputs, the global scales (given, from the plain
 // amax, or from a rotated-amax pass of the quantizing kernel), then one quantize pass: the
-// per-block rowwise kernel or the per-warp rowwise 2D kernel where one applies, else the tile
-// kernel.
+// per-block rowwise kernel where it applies, else the tile kernel.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include <algorithm>
-#include <optional>
 
 #include "../common/recipe_checks.h"
 #include "kernels_cuda.h"
@@ -78,37 +74,6 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Rowwise only with 2D scales from 16-bit x, counts in 32 bits: recipe_rowwise_2d_kernel (a warp
-// per 16 rows x 2 blocks, tile maxima by shuffles) instead of the tile kernel.
-std::optional<Recipe2dUnits> rowwise_2d_units(const RecipeOptions& opt, const at::Tensor& input,
-                                              const RecipeGeometry& geo) {
-  if (!(opt.rowwise && !opt.columnwise && opt.block_2d && input.element_size() == 2)) return std::nullopt;
-  const int64_t strips = geo.strips(), nb = geo.col_blocks(), pairs = (nb + 1) / 2;
-  const int64_t count = geo.matrices * strips * pairs;
-  if (count >= (int64_t{1} << 32) || geo.matrices * strips >= (int64_t{1} << 32)) return std::nullopt;
-  const auto divisor = [](int64_t d) { return FastDivU32::make(static_cast<uint32_t>(std::max<int64_t>(d, 1))); };
-  return Recipe2dUnits{geo.rows, nb, static_cast<uint32_t>(strips), static_cast<uint32_t>(pairs),
-                       static_cast<uint32_t>(count), divisor(pairs), divisor(strips)};
-}
-
-template <class Index>
-void launch_recipe_rowwise_2d(const at::Tensor& input, const Recipe2dUnits& units, const RecipeOptions& opt,
-                              const Nvfp4Source& source, const RecipeOut<Index>& out, cudaStream_t stream) {
-  const unsigned grid = grid_for(int64_t{units.count} * 32, kRecipeThreads);  // >= 1: block 0 publishes g
-  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (sizeof(T) == 2) {
-      const T* x = static_cast<const T*>(input.const_data_ptr());
-      if (is_aligned(x, 16)) {
-        recipe_rowwise_2d_kernel<T, true, Index><<<grid, kRecipeThreads, 0, stream>>>(x, units, opt, source, out);
-      } else {
-        recipe_rowwise_2d_kernel<T, false, Index><<<grid, kRecipeThreads, 0, stream>>>(x, units, opt, source, out);
-      }
-    }
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 uint8_t* bytes(at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
 }  // namespace
@@ -148,14 +113,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const float* src = source.const_data_ptr<float>();
   const Nvfp4Source row_source{src, source_is_amax, g_row.mutable_data_ptr<float>()};
   const Nvfp4Source col_source{src + 1, source_is_amax, g_col.mutable_data_ptr<float>()};
-  const std::optional<Recipe2dUnits> units_2d = rowwise_2d_units(opt, input, call.geo);
   with_scale_index(call.swizzled && rowwise, x.sizes(), call.geo.col_blocks(), [&](auto row_index) {
-    if (units_2d) {
-      launch_recipe_rowwise_2d(input, *units_2d, opt, row_source,
-                               RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},
-                               stream);
-      return;
-    }
     if (rowwise_kernel) {
       launch_recipe_rowwise<false>(input, opt, row_source,
                                    RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},

@@ -9,9 +9,8 @@
 // to those of the other three strips (again one 32-byte sector per column). 2D tile maxima are
 // reduced across 16 rows in shared memory.
 //
-// Two kernels take the common rowwise-only cases without the tile's shared memory and barriers:
-// recipe_rowwise_kernel (1D scales: one thread per block, the plain quantizer's order) and
-// recipe_rowwise_2d_kernel (2D scales: a warp per 16 rows x 2 blocks, tile maxima by shuffles).
+// recipe_rowwise_kernel takes the common rowwise-only 1D case without the tile's shared memory
+// and barriers (one thread per block, the plain quantizer's order).
 #pragma once
 
 #include <cstdint>
@@ -212,57 +211,6 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
   if constexpr (kAmaxOnly) {
     amax = block_reduce_max(amax, scratch);
     if (threadIdx.x == 0 && amax != 0) atomicMax(amax_bits, amax);
-  }
-}
-
-// Where the 2D kernel's warps work: unit u (one warp) is 16-row strip u / pairs (counted over all
-// matrices) and block columns 2 (u % pairs), 2 (u % pairs) + 1. Counts fit 32 bits (the launcher
-// checks), so the per-unit index math is two multiply-shift divisions.
-struct Recipe2dUnits {
-  int64_t rows, nb;    // rows per matrix, 16-element blocks per row
-  uint32_t strips;     // 16-row strips per matrix
-  uint32_t pairs;      // ceil(nb / 2)
-  uint32_t count;      // matrices * strips * pairs
-  FastDivU32 by_pairs, by_strips;
-};
-
-// Rowwise only, 2D 16x16 tile scales, 16-bit x. One warp per unit above: lane (r = lane / 2,
-// c = lane % 2) takes row r of the strip, block column c of the pair, and loads that block as the
-// plain quantizer does (32 contiguous bytes). The tile maximum is the max over the 16 lanes of
-// column c, an xor-shuffle reduction over the row bits of the lane index, so no shared memory
-// and no barrier are needed (the 64 x 64 tile kernel takes two per tile). Same blocks, maxima and
-// encoding as recipe_kernel's rowwise 2D path, hence the same bits: rows past a matrix's end
-// carry zeros into the maximum and store nothing.
-template <typename T, bool kAligned, class ScaleIndex>
-__global__ void __launch_bounds__(kRecipeThreads)
-recipe_rowwise_2d_kernel(const T* __restrict__ x, Recipe2dUnits units, RecipeOptions opt, Nvfp4Source source,
-                         RecipeOut<ScaleIndex> out) {
-  static_assert(kElemsPer32Bytes<T> == 16, "one 16-element block per 32-byte chunk");
-  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
-  const Nvfp4Format plain = source.make();
-  source.publish(plain);
-  tabulate_multipliers(plain, table);
-  __syncthreads();
-  const Nvfp4TabulatedFormat format{plain, table};
-  const int lane = threadIdx.x % 32;
-  const int r = lane / 2, c = lane % 2;
-  const uint32_t warps_per_block = blockDim.x / 32;
-  const uint32_t stride = gridDim.x * warps_per_block;
-  // Consecutive warps take consecutive pairs of one strip: a CTA covers 16 rows x 256 elements.
-  for (uint32_t unit = blockIdx.x * warps_per_block + threadIdx.x / 32; unit < units.count; unit += stride) {
-    const uint32_t strip = units.by_pairs.div(unit);
-    const uint32_t pair = unit - strip * units.pairs;
-    const uint32_t m = units.by_strips.div(strip);
-    const int64_t row = static_cast<int64_t>(strip - m * units.strips) * 16 + r;
-    const int64_t cb = static_cast<int64_t>(pair) * 2 + c;
-    const bool valid = row < units.rows && cb < units.nb;
-    const int64_t b = (m * units.rows + row) * units.nb + cb;  // block = 32-byte chunk index
-    float v[16] = {};
-    if (valid) load_chunk32<T, kAligned>(x, b, v);
-    uint32_t tile_max = max_abs_bits(v);
-#pragma unroll
-    for (int offset = 2; offset < 32; offset *= 2) tile_max = max(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
-    if (valid) store_block(out, b, out.index.offset(b, m, row, cb), v, tile_max, format, opt, false);
   }
 }
 
