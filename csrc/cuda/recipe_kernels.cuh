@@ -9,8 +9,8 @@
 // to those of the other three strips (again one 32-byte sector per column). 2D tile maxima are
 // reduced across 16 rows in shared memory.
 //
-// recipe_rowwise_kernel takes the common rowwise-only 1D case without the tile's shared memory
-// and barriers (one thread per block, the plain quantizer's order).
+// recipe_rowwise_kernel takes the common rowwise-only 1D case without the tile's staging through
+// shared memory and its per-tile barriers (one thread per block, the plain quantizer's order).
 #pragma once
 
 #include <cstdint>
