@@ -206,16 +206,24 @@ def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | N
                               graph=True))
         if fmt == "nvfp4":
             nv_a, nv_b = a, b_fp4
+    # Read-only kernels over the same bytes, cold: what merely reading this much costs. The ceilings
+    # are measured over 512 MB; a read of a few tens of MB spends a visible share of its time
+    # ramping up and draining, which no GEMV of that size avoids either (docs/performance.md).
+    read_bytes = l * (m * k * NVFP4_BYTES + 2 * k + 2 * m)
+    same_bytes = torch.zeros(int(read_bytes) // 2, device=device, dtype=torch.bfloat16)
+    for impl, fn in (("read of the same bytes (torch.amax)", lambda: torch.amax(same_bytes)),
+                     ("read of the same bytes (fp4ops amax)", lambda: ops.amax(same_bytes))):
+        cases.append(Case("gemv", "gemv nvfp4 x bf16", impl, "nvfp4 x bf16", (m, k, l), weights, same_bytes.nbytes,
+                          "copy", fn=fn, check=lambda _: "timed only (a read of this size)"))
     if base is None:
         return cases
-    bf16_bytes = l * (m * k * NVFP4_BYTES + 2 * k + 2 * m)
     w = torch.randn(l, m, k, device=device, dtype=torch.bfloat16)
     mm_skip = scaled_mm_skip(device)
     for impl, fn, skip in (("dequantize + torch.matmul", dequantize_then_matmul(nv_a, b_dense), ""),
                            ("bf16 torch.matmul", dense_matmul(w, b_dense), ""),
                            ("torch._scaled_mm", lambda: reference.scaled_mm_gemv(nv_a, nv_b), mm_skip)):
         cases.append(Case("gemv", "gemv nvfp4 x bf16" if impl != "torch._scaled_mm" else "gemv nvfp4 x nvfp4", impl,
-                          "nvfp4 x bf16", (m, k, l), weights, bf16_bytes, "copy", None if skip else fn,
+                          "nvfp4 x bf16", (m, k, l), weights, read_bytes, "copy", None if skip else fn,
                           lambda _: "timed only (different rounding)", skip, graph=True))
     return cases
 

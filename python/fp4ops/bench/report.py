@@ -64,8 +64,9 @@ def merge_by_gpu(results: list[dict]) -> list[dict]:
             merged[gpu] = {**res, "rows": list(res["rows"]), "parts": []}
         else:
             merged[gpu]["rows"] += res["rows"]
-        merged[gpu]["parts"].append({"commit": res["banner"]["commit"], "ceilings_GBps": res["ceilings_GBps"],
-                                     "families": res.get("config", {}).get("families")})
+        # A file merged earlier (a family re-run into a saved suite) keeps its own parts.
+        merged[gpu]["parts"] += res.get("parts") or [{"commit": res["banner"]["commit"], "ceilings_GBps": res["ceilings_GBps"],
+                                                      "families": res.get("config", {}).get("families")}]
     return list(merged.values())
 
 

@@ -1,0 +1,182 @@
+// How fast can the GEMV's bytes merely be read? Read-only probes, no arithmetic, cold L2:
+//   plain        16-byte loads, 4 in flight per thread, grid-stride (a read-bandwidth ceiling);
+//   contiguous   the GEMV's machinery (a 4-stage cp.async ring per warp, 1 KB per stage, 16-warp
+//                CTAs, 2 per SM) over contiguous memory;
+//   gemv pattern the same ring reading what the GEMV reads: groups of warps_k warps own contiguous
+//                16-row tiles, warp kw copies segments kw, kw + warps_k, ... as 16 B of rows g and
+//                g + 8 per lane (csrc/cuda/gemv_mma.cuh), scales left out;
+//   rows         the same group turns, but each warp copies its kilobyte as two contiguous
+//                512-byte runs of one or two rows.
+// Build and run on the GPU:  nvcc -std=c++17 -O3 -arch=sm_90 gemv_read_probe.cu -o probe && ./probe
+// Results and what they bound: docs/performance.md ("What bounds the GEMV").
+#include <cstdio>
+#include <cstdint>
+#include <cuda_runtime.h>
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)
+
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(dst), "l"(src));
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void waitg() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+
+// Contiguous: each warp streams 512-B pieces, grid-stride, same ring depth.
+template <int kStages>
+__global__ void __launch_bounds__(512, 2) contiguous(const uint8_t* a, size_t bytes, unsigned* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint8_t* ring = smem + warp * kStages * 1024;
+  const size_t warps_total = (size_t)gridDim.x * (blockDim.x / 32);
+  const size_t wid = (size_t)blockIdx.x * (blockDim.x / 32) + warp;
+  const size_t units = bytes / 1024;
+  unsigned acc = 0;
+  size_t issued = wid;
+  auto issue = [&]() {
+    if (issued < units) {
+      const uint8_t* src = a + issued * 1024 + lane * 16;
+      uint32_t dst = (uint32_t)__cvta_generic_to_shared(ring + ((issued / warps_total) % kStages) * 1024 + lane * 16);
+      cp16(dst, src); cp16(dst + 512, src + 512);
+    }
+    commit(); issued += warps_total;
+  };
+  for (int i = 0; i < kStages - 1; ++i) issue();
+  for (size_t u = wid; u < units; u += warps_total) {
+    waitg<kStages - 2>(); __syncwarp();
+    issue();
+    acc += *(const unsigned*)(ring + ((u / warps_total) % kStages) * 1024 + lane * 16);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// GEMV pattern: groups of wk warps own contiguous 16-row tiles; warp kw reads segments kw, kw+wk, ...;
+// lane (g, t) copies 16 B of rows g and g+8 at byte 16t of the segment's 64 B.
+template <int kStages>
+__global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t rows, int64_t row_bytes, int wk, unsigned* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  uint8_t* ring = smem + warp * kStages * 1024;
+  const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
+  const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
+  const int64_t q = tiles / G, extra = tiles % G;
+  const int64_t begin = gi * q + (gi < extra ? gi : extra), end = (gi + 1) * q + (gi + 1 < extra ? gi + 1 : extra);
+  const int segs = (int)(row_bytes / 64), count = (segs - kw + wk - 1) / wk;
+  const int units = (int)(end - begin) * count;
+  unsigned acc = 0;
+  int issued = 0;
+  auto issue = [&]() {
+    if (issued < units) {
+      const int64_t tile = begin + issued / count; const int seg = kw + (issued % count) * wk;
+      const uint8_t* src = a + (tile * 16 + g) * row_bytes + seg * 64 + 16 * t;
+      uint32_t dst = (uint32_t)__cvta_generic_to_shared(ring + (issued % kStages) * 1024 + g * 64 + 16 * t);
+      cp16(dst, src); cp16(dst + 512, src + 8 * row_bytes);
+    }
+    commit(); ++issued;
+  };
+  for (int i = 0; i < kStages - 1; ++i) issue();
+  for (int u = 0; u < units; ++u) {
+    waitg<kStages - 2>(); __syncwarp();
+    issue();
+    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + g * 64 + 16 * t);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// The same group turns, but each warp copies 1 KB of the group's turn as two contiguous 512-B runs
+// (the turn is 16 rows x wk * 64 B, row-major): one row (or two) per instruction.
+template <int kStages>
+__global__ void __launch_bounds__(512, 2) gemv_rows(const uint8_t* a, int64_t rows, int64_t row_bytes, int wk, unsigned* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint8_t* ring = smem + warp * kStages * 1024;
+  const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
+  const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
+  const int64_t q = tiles / G, extra = tiles % G;
+  const int64_t begin = gi * q + (gi < extra ? gi : extra), end = (gi + 1) * q + (gi + 1 < extra ? gi + 1 : extra);
+  const int segs = (int)(row_bytes / 64), turns = segs / wk;  // assumes wk divides segs
+  const int units = (int)(end - begin) * turns;
+  const int turn_row_bytes = wk * 64;
+  unsigned acc = 0;
+  int issued = 0;
+  auto issue = [&]() {
+    if (issued < units) {
+      const int64_t tile = begin + issued / turns; const int turn = issued % turns;
+      for (int i = 0; i < 2; ++i) {
+        const int byte = (kw * 2 + i) * 512 + lane * 16, r = byte / turn_row_bytes, c = byte % turn_row_bytes;
+        const uint8_t* src = a + (tile * 16 + r) * row_bytes + turn * turn_row_bytes + c;
+        cp16((uint32_t)__cvta_generic_to_shared(ring + (issued % kStages) * 1024 + i * 512 + lane * 16), src);
+      }
+    }
+    commit(); ++issued;
+  };
+  for (int i = 0; i < kStages - 1; ++i) issue();
+  for (int u = 0; u < units; ++u) {
+    waitg<kStages - 2>(); __syncwarp();
+    issue();
+    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + lane * 16);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// Plain reads: 16 B per lane, 4 loads in flight per thread, grid-stride (a read-bandwidth ceiling).
+__global__ void __launch_bounds__(512) plain_read(const uint4* a, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 v0 = __ldcg(a + i), v1 = __ldcg(a + i + stride), v2 = __ldcg(a + i + 2 * stride), v3 = __ldcg(a + i + 3 * stride);
+    acc += v0.x ^ v1.y ^ v2.z ^ v3.w;
+  }
+  for (; i < n; i += stride) acc += __ldcg(a + i).x;
+  if (acc == 0x12345678u) *sink = acc;
+}
+static unsigned* g_sink;
+static int g_sms;
+
+template <typename F>
+float time_it(F launch, uint8_t* flush, size_t flush_bytes) {
+  cudaEvent_t s, e; cudaEventCreate(&s); cudaEventCreate(&e);
+  float best = 1e9, total = 0; const int reps = 20;
+  for (int r = 0; r < reps + 2; ++r) {
+    plain_read<<<g_sms * 4, 512>>>((const uint4*)flush, flush_bytes / 16, g_sink);  // evict L2, leaving it clean
+    cudaEventRecord(s); launch(); cudaEventRecord(e); cudaEventSynchronize(e);
+    float ms; cudaEventElapsedTime(&ms, s, e); if (r >= 2) { total += ms; if (ms < best) best = ms; }
+  }
+  return total / reps;
+}
+
+int main() {
+  int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t max_bytes = 16384ull * 8192;
+  uint8_t *a, *flush; unsigned* sink; const size_t flush_bytes = 256ull << 20;
+  CK(cudaMalloc(&a, max_bytes)); CK(cudaMalloc(&flush, flush_bytes)); CK(cudaMalloc(&sink, 4));
+  CK(cudaMemset(a, 1, max_bytes)); CK(cudaMemset(flush, 0, flush_bytes)); g_sink = sink; g_sms = sms;
+  // The GEMV shapes (M, K, L) as rows (M * L) of K / 2 bytes: 16384^2, (4096, 7168, 8),
+  // (7168, 2048, 4), (7168, 16384, 1).
+  struct Shape { int64_t rows, row_bytes; } shapes[] = {{16384, 8192}, {4096 * 8, 3584}, {7168 * 4, 1024}, {7168, 8192}};
+  auto run = [&](auto kern_c, auto kern_g, auto kern_r, int stages) {
+    const size_t smem = 16 * stages * 1024;
+    cudaFuncSetAttribute(kern_c, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(kern_g, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(kern_r, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    int per_sm_c = 0, per_sm_g = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_c, kern_c, 512, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_g, kern_g, 512, smem);
+    for (auto sh : shapes) {
+      const size_t bytes = sh.rows * sh.row_bytes;
+      // warps_k as the library picks it: clamp(segments / 4, 1, 8), 64-byte segments
+      const int wk = sh.row_bytes / 64 / 4 < 1 ? 1 : (sh.row_bytes / 64 / 4 > 8 ? 8 : sh.row_bytes / 64 / 4);
+      const int warps = 16 / wk * wk;
+      float tc = time_it([&] { kern_c<<<per_sm_c * sms, 512, smem>>>(a, bytes, sink); }, flush, flush_bytes);
+      float tg = time_it([&] { kern_g<<<per_sm_g * sms, warps * 32, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+      float tr = time_it([&] { kern_r<<<per_sm_g * sms, warps * 32, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+      float tp = time_it([&] { plain_read<<<sms * 4, 512>>>((const uint4*)a, bytes / 16, sink); }, flush, flush_bytes);
+      printf("| %6.1f MB | %6lld x %5lld B | %d | %7.2f us, %5.0f GB/s | %7.2f us, %5.0f GB/s | %7.2f us, %5.0f GB/s | %7.2f us, %5.0f GB/s |\n",
+             bytes / 1e6, (long long)sh.rows, (long long)sh.row_bytes, wk, tp * 1e3, bytes / tp / 1e6, tc * 1e3,
+             bytes / tc / 1e6, tg * 1e3, bytes / tg / 1e6, tr * 1e3, bytes / tr / 1e6);
+    }
+  };
+  printf("| bytes | rows x bytes | warps_k | plain | contiguous | gemv pattern | rows |\n|---|---|---|---|---|---|---|\n");
+  run(contiguous<4>, gemv_pattern<4>, gemv_rows<4>, 4);
+  CK(cudaGetLastError());
+  return 0;
+}
