@@ -125,3 +125,16 @@ def test_merge_by_gpu_joins_parts_of_one_gpu():
     assert [m["banner"]["gpu"] for m in merged] == ["H100", "H200"]
     assert merged[0]["rows"] == [1, 3] and [p["commit"] for p in merged[0]["parts"]] == ["a", "b"]
     assert "2 run(s)" in report.heading(merged[0])
+
+
+def test_a_saved_merge_keeps_its_parts():
+    """A family re-run merged into a saved suite file, then rendered (or merged again), still
+    lists every run it came from."""
+    def res(rows, commit):
+        return {"banner": {"gpu": "H100", "commit": commit, "torch": "t", "cuda": "c"},
+                "ceilings_GBps": {"copy": 1.0, "read": 1.0}, "rows": rows}
+
+    saved = report.merge_by_gpu([res([1], "a"), res([2], "b")])[0]
+    again = report.merge_by_gpu([saved, res([3], "c")])[0]
+    assert again["rows"] == [1, 2, 3] and [p["commit"] for p in again["parts"]] == ["a", "b", "c"]
+    assert "3 run(s)" in report.heading(again)
