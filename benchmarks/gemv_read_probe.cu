@@ -7,18 +7,27 @@
 //                g + 8 per lane (csrc/cuda/gemv_mma.cuh), scales left out;
 //   rows         the same group turns, but each warp copies its kilobyte as two contiguous
 //                512-byte runs of one or two rows.
-// Build and run on the GPU:  nvcc -std=c++17 -O3 -arch=sm_90 gemv_read_probe.cu -o probe && ./probe
-// Results and what they bound: docs/performance.md ("What bounds the GEMV").
+// Build and run on the GPU, from benchmarks/:
+//   nvcc -std=c++20 --expt-relaxed-constexpr -O3 -arch=sm_90 gemv_read_probe.cu -o probe && ./probe
+// Results and what they bound: docs/performance.md ("The read floor at the GEMV's sizes").
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>
+
+#include "../csrc/cuda/gemv_mma.cuh"  // the GEMV's own cp.async helpers and tile schedule
+
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)
 
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(dst), "l"(src));
+using fp4ops::cuda::MmaSchedule;
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) { fp4ops::cuda::cp_async_16_streaming(dst, src); }
+__device__ __forceinline__ void commit() { fp4ops::cuda::cp_async_commit(); }
+template <int N> __device__ __forceinline__ void waitg() { fp4ops::cuda::cp_async_wait<N>(); }
+
+// Group gi's tiles [begin, end), shared out as the GEMV launcher does (MmaSchedule).
+__device__ __forceinline__ int2 share_of(int64_t tiles, int64_t groups_total, int64_t gi, int wk) {
+  const MmaSchedule schedule{wk, tiles / groups_total, tiles % groups_total};
+  return make_int2(static_cast<int>(schedule.share_begin(gi)), static_cast<int>(schedule.share_begin(gi + 1)));
 }
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ __forceinline__ void waitg() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
 
 // Contiguous: each warp streams 512-B pieces, grid-stride, same ring depth.
 template <int kStages>
@@ -57,8 +66,8 @@ __global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t
   uint8_t* ring = smem + warp * kStages * 1024;
   const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
   const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
-  const int64_t q = tiles / G, extra = tiles % G;
-  const int64_t begin = gi * q + (gi < extra ? gi : extra), end = (gi + 1) * q + (gi + 1 < extra ? gi + 1 : extra);
+  const int2 share = share_of(tiles, G, gi, wk);
+  const int64_t begin = share.x, end = share.y;
   const int segs = (int)(row_bytes / 64), count = (segs - kw + wk - 1) / wk;
   const int units = (int)(end - begin) * count;
   unsigned acc = 0;
@@ -90,8 +99,8 @@ __global__ void __launch_bounds__(512, 2) gemv_rows(const uint8_t* a, int64_t ro
   uint8_t* ring = smem + warp * kStages * 1024;
   const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
   const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
-  const int64_t q = tiles / G, extra = tiles % G;
-  const int64_t begin = gi * q + (gi < extra ? gi : extra), end = (gi + 1) * q + (gi + 1 < extra ? gi + 1 : extra);
+  const int2 share = share_of(tiles, G, gi, wk);
+  const int64_t begin = share.x, end = share.y;
   const int segs = (int)(row_bytes / 64), turns = segs / wk;  // assumes wk divides segs
   const int units = (int)(end - begin) * turns;
   const int turn_row_bytes = wk * 64;
