@@ -48,18 +48,26 @@ __device__ __forceinline__ void store_vec8(T* p, const Vec8<T>& value) {  // p 1
 
 namespace fp4ops::cuda {
 
-// Eight consecutive elements starting at x + 8 * group, widened to fp32 (exact). kAligned: x is
-// 16-byte aligned, so whole-vector streaming loads; otherwise element loads (any storage offset).
+// Eight consecutive elements starting at x + 8 * group, as stored. kAligned: x is 16-byte
+// aligned, so whole-vector streaming loads; otherwise element loads (any storage offset).
+template <typename T, bool kAligned>
+__device__ __forceinline__ Vec8<T> load_vec8(const T* __restrict__ x, int64_t group) {
+  if constexpr (kAligned) {
+    return load_vec8_streaming(x + group * 8);
+  } else {
+    Vec8<T> raw;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) raw.v[j] = x[group * 8 + j];
+    return raw;
+  }
+}
+
+// The same eight elements widened to fp32 (exact).
 template <typename T, bool kAligned>
 __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t group, float (&v)[8]) {
-  if constexpr (kAligned) {
-    const Vec8<T> raw = load_vec8_streaming(x + group * 8);
+  const Vec8<T> raw = load_vec8<T, kAligned>(x, group);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = to_float(raw.v[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = to_float(x[group * 8 + j]);
-  }
+  for (int j = 0; j < 8; ++j) v[j] = to_float(raw.v[j]);
 }
 
 // The 32 bytes at x + 32 * chunk widened to fp32: 16 elements of bf16/fp16, 8 of fp32. Same

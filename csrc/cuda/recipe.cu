@@ -1,6 +1,6 @@
 // Launcher of quantize_nvfp4_recipe: checks, outputs, the global scales (given, from the plain
 // amax, or from a rotated-amax pass of the quantizing kernel), then one quantize pass: the
-// per-block rowwise kernel where it applies, else the tile kernel.
+// per-block rowwise kernel or the 2D strip kernel where one applies, else the tile kernel.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -74,6 +74,40 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+bool takes_rowwise_2d_kernel(const RecipeOptions& opt) { return opt.rowwise && !opt.columnwise && opt.block_2d; }
+
+template <class Index>
+void launch_recipe_rowwise_2d(const at::Tensor& input, const RecipeGeometry& geo, const RecipeOptions& opt,
+                              const Nvfp4Source& source, const RecipeOut<Index>& out, cudaStream_t stream) {
+  const int64_t nb = geo.col_blocks();
+  const int64_t col_chunks = (nb + kStripBlocks - 1) / kStripBlocks;
+  const int64_t count = geo.matrices * geo.strips() * col_chunks;
+  // Below 2^31, so a unit index plus the grid never wraps around 32 bits.
+  TORCH_CHECK(count < (int64_t{1} << 31), "x: too many 16 x 512 units for one launch (", int_str(count), ")");
+  const StripUnits units{geo.rows, nb, FastDivU32::make(static_cast<uint32_t>(std::max<int64_t>(1, col_chunks))),
+                         FastDivU32::make(static_cast<uint32_t>(std::max<int64_t>(1, geo.strips()))),
+                         static_cast<uint32_t>(count)};
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    const auto launch = [&](auto kernel) {
+      // One resident wave (each CTA loops with its loads one unit ahead); >= 1 block: block 0
+      // publishes g.
+      int per_sm = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStripThreads, 0));
+      const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+      const auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, sms * per_sm)));
+      kernel<<<grid, kStripThreads, 0, stream>>>(x, units, opt, source, out);
+    };
+    if (is_aligned(x, 16)) {
+      launch(recipe_rowwise_2d_kernel<T, true, Index>);
+    } else {
+      launch(recipe_rowwise_2d_kernel<T, false, Index>);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 uint8_t* bytes(at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
 }  // namespace
@@ -114,15 +148,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const Nvfp4Source row_source{src, source_is_amax, g_row.mutable_data_ptr<float>()};
   const Nvfp4Source col_source{src + 1, source_is_amax, g_col.mutable_data_ptr<float>()};
   with_scale_index(call.swizzled && rowwise, x.sizes(), call.geo.col_blocks(), [&](auto row_index) {
+    const RecipeOut<decltype(row_index)> row_out{bytes(call.row.data), bytes(call.row.scales), row_index};
     if (rowwise_kernel) {
-      launch_recipe_rowwise<false>(input, opt, row_source,
-                                   RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},
-                                   nullptr, stream);
+      launch_recipe_rowwise<false>(input, opt, row_source, row_out, nullptr, stream);
+      return;
+    }
+    if (takes_rowwise_2d_kernel(opt)) {
+      launch_recipe_rowwise_2d(input, call.geo, opt, row_source, row_out, stream);
       return;
     }
     with_scale_index(call.swizzled && columnwise, call.t_shape, call.geo.strips(), [&](auto col_index) {
-      launch_recipe<false>(input, tiles, opt, row_source, col_source,
-                           RecipeOut<decltype(row_index)>{bytes(call.row.data), bytes(call.row.scales), row_index},
+      launch_recipe<false>(input, tiles, opt, row_source, col_source, row_out,
                            RecipeOut<decltype(col_index)>{bytes(call.col.data), bytes(call.col.scales), col_index},
                            nullptr, stream);
     });

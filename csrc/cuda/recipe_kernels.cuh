@@ -10,7 +10,9 @@
 // reduced across 16 rows in shared memory.
 //
 // recipe_rowwise_kernel takes the common rowwise-only 1D case without the tile's staging through
-// shared memory and its per-tile barriers (one thread per block, the plain quantizer's order).
+// shared memory and its per-tile barriers (one thread per block, the plain quantizer's order), and
+// recipe_rowwise_2d_kernel the rowwise-only 2D case (a warp per row of a 16-row strip, the tile
+// maxima through shared memory).
 #pragma once
 
 #include <cstdint>
@@ -65,11 +67,10 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
                                             bool columnwise) {
   const bool finite = max_bits < kInfBits;
   const BlockEncoding enc = format.encode(finite ? __uint_as_float(max_bits) : 0.0f, finite);
-  Philox4 random;
-  if (opt.stochastic) random = philox4x32_10(b, columnwise, opt.offset, opt.seed);
-  alignas(8) uint8_t codes[8];
-  encode_block16(v, enc, opt.stochastic ? &random : nullptr, codes);
-  __stcs(reinterpret_cast<uint2*>(out.data) + b, *reinterpret_cast<const uint2*>(codes));
+  const Philox4 random = opt.stochastic ? philox4x32_10(b, columnwise, opt.offset, opt.seed) : Philox4{};
+  uint32_t words[2];
+  encode_block16(v, enc, opt.stochastic, random, words);
+  __stcs(reinterpret_cast<uint2*>(out.data) + b, make_uint2(words[0], words[1]));
   out.scales[scale_offset] = static_cast<uint8_t>(enc.scale_code);
 }
 
@@ -211,6 +212,84 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
   if constexpr (kAmaxOnly) {
     amax = block_reduce_max(amax, scratch);
     if (threadIdx.x == 0 && amax != 0) atomicMax(amax_bits, amax);
+  }
+}
+
+// Rowwise only with 16x16 block scales (no rotation: the op rejects 2D with Hadamard). Work unit:
+// 16 rows (one 2D strip) x 32 block columns of one matrix for a CTA of 16 warps. Warp w takes row
+// w of the strip, lane l block column l, so each warp reads 1 KiB (bf16) and stores 256 code bytes
+// and 32 scale bytes, all whole sectors, as the plain quantizer's warps do; the 64 x 64 tile
+// kernel's warps span 8 rows and write a quarter sector of scales per row (docs/recipe.md). The
+// lanes' block maxima meet in shared memory, where after one barrier each lane takes the max of
+// its block column. Two buffers of maxima make that the only barrier per unit, and the next unit's
+// elements are loaded into registers before it, so the barrier's wait overlaps the memory latency.
+// (A cp.async ring two units deep instead measured slower: docs/recipe.md.)
+constexpr int kStripRows = 16;
+constexpr int kStripBlocks = 32;
+constexpr int kStripThreads = kStripRows * 32;
+
+struct StripUnits {
+  int64_t rows;           // per matrix
+  int64_t nb;             // k / 16 blocks per row
+  FastDivU32 col_chunks;  // ceil(nb / 32) units per strip
+  FastDivU32 strips;      // ceil(rows / 16) strips per matrix
+  uint32_t count;         // matrices * strips * col_chunks (the launcher keeps it below 2^31)
+};
+
+// This thread's block of unit u: matrix m, row r, block column cb, linear block index b.
+struct StripBlock {
+  int64_t b, m, r, cb;
+  bool valid;  // u is a unit and (r, cb) lies inside the matrix
+};
+
+__device__ __forceinline__ StripBlock strip_block(const StripUnits& units, uint32_t u, int row, int lane) {
+  const uint32_t strip = units.col_chunks.div(u);  // over all matrices
+  const uint32_t chunk = u - strip * units.col_chunks.d;
+  const uint32_t m = units.strips.div(strip);
+  const int64_t r = static_cast<int64_t>(strip - m * units.strips.d) * kStripRows + row;
+  const int64_t cb = static_cast<int64_t>(chunk) * kStripBlocks + lane;
+  return {(m * units.rows + r) * units.nb + cb, m, r, cb, u < units.count && r < units.rows && cb < units.nb};
+}
+
+template <typename T, bool kAligned, class ScaleIndex>
+__global__ void __launch_bounds__(kStripThreads)
+recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOptions opt, Nvfp4Source source,
+                         RecipeOut<ScaleIndex> out) {
+  __shared__ uint32_t block_max[2][kStripRows][kStripBlocks];
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  const Nvfp4Format plain = source.make();
+  source.publish(plain);
+  tabulate_multipliers(plain, table);
+  __syncthreads();
+  const Nvfp4TabulatedFormat format{plain, table};
+  const int row = threadIdx.x / 32, lane = threadIdx.x % 32;
+  StripBlock block = strip_block(units, blockIdx.x, row, lane);
+  Vec8<T> raw[2];  // the 16 elements of `block`, loaded one unit ahead
+  if (block.valid) {
+    raw[0] = load_vec8<T, kAligned>(x, 2 * block.b);
+    raw[1] = load_vec8<T, kAligned>(x, 2 * block.b + 1);
+  }
+  int buffer = 0;
+  for (uint32_t u = blockIdx.x; u < units.count; u += gridDim.x, buffer ^= 1) {
+    float v[16] = {};
+    if (block.valid) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = to_float(raw[i / 8].v[i % 8]);
+    }
+    const StripBlock next = strip_block(units, u + gridDim.x, row, lane);
+    if (next.valid) {
+      raw[0] = load_vec8<T, kAligned>(x, 2 * next.b);
+      raw[1] = load_vec8<T, kAligned>(x, 2 * next.b + 1);
+    }
+    block_max[buffer][row][lane] = max_abs_bits(v);
+    __syncthreads();  // a unit's maxima are read only here; the other buffer is written next
+    uint32_t tile_max = 0;
+#pragma unroll
+    for (int i = 0; i < kStripRows; ++i) tile_max = max(tile_max, block_max[buffer][i][lane]);
+    if (block.valid) {
+      store_block(out, block.b, out.index.offset(block.b, block.m, block.r, block.cb), v, tile_max, format, opt, false);
+    }
+    block = next;
   }
 }
 
