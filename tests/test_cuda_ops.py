@@ -76,6 +76,18 @@ def test_amax_matches_cpu():
     assert_exact(fp4ops.amax(odd.cuda()[1:]), fp4ops.amax(odd[1:]))
 
 
+def test_amax_output_word_is_zeroed_before_the_blocks_add_to_it():
+    """The amax kernel starts behind the kernel that zeroes its output word (programmatic
+    dependent launch) and must wait for it before its atomics: with freed outputs reused by
+    the caching allocator, a missing wait would let a previous, larger amax survive."""
+    large = torch.full((1 << 20,), 1000.0, device="cuda")
+    small = torch.rand(1 << 16, device="cuda") + 0.5
+    want = small.abs().max()
+    for _ in range(50):
+        fp4ops.amax(large)  # freed at once: the next output may reuse its word
+        assert_exact(fp4ops.amax(small), want)
+
+
 def test_hardware_e4m3_matches_software_over_random_fp32_block_maxima():
     """The GPU encodes scales with cvt.rn.satfinite.e4m3x2 (sm_89+), the CPU in software: with
     g = 1 a block's scale is e4m3(bmax / 6), swept here over 2^22 random fp32 bit patterns."""

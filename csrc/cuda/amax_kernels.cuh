@@ -37,13 +37,24 @@ __device__ __forceinline__ uint32_t thread_finite_max_bits(const T* __restrict__
   return m;
 }
 
-// out_bits must hold 0 before the launch; each block adds its max with one atomicMax.
+// Programmatic dependent launch (sm_90 and later): waits until the grid this one was launched
+// behind (launch_dependent, launch_utils.h) has completed and its writes are visible. Returns at
+// once after an ordinary launch.
+__device__ __forceinline__ void wait_for_primary_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// out_bits holds 0 when the launch completes (zero_word_kernel as the primary grid, or set
+// before an ordinary launch); each block adds its max with one atomicMax.
 template <typename T, bool kAligned>
 __global__ void amax_kernel(const T* __restrict__ x, int64_t numel, uint32_t* __restrict__ out_bits) {
   __shared__ uint32_t scratch[32];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const uint32_t m = block_reduce_max(thread_finite_max_bits<T, kAligned>(x, numel, first, stride), scratch);
+  wait_for_primary_grid();
   if (threadIdx.x == 0 && m != 0) atomicMax(out_bits, m);
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace fp4ops::cuda {
 
@@ -38,6 +39,25 @@ inline unsigned grid_for(int64_t work_items, int threads_per_block) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t wanted = (work_items + threads_per_block - 1) / threads_per_block;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, sms * 16)));
+}
+
+// Launches `kernel` behind the previous kernel in `stream` as a programmatic dependent (PDL,
+// sm_90 and later): its blocks may start once every block of that kernel has called
+// griddepcontrol.launch_dependents or exited, so `kernel` must call griddepcontrol.wait before it
+// touches anything the previous kernel writes. Stream capture records the same dependency.
+template <typename... KernelArgs, typename... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 }  // namespace fp4ops::cuda

@@ -19,10 +19,22 @@ constexpr int kThreads = 256;
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
 constexpr int kSingleBlockThreads = 1024;
 
-// amax of `input` (contiguous) into the fp32 scalar `out`, which this zeroes first.
+// Zeroes amax_kernel's word. amax_kernel is launched as its dependent, so its blocks start
+// reading x while this runs; behind a cudaMemsetAsync they started only after it (the cost:
+// docs/performance.md).
+__global__ void zero_word_kernel(uint32_t* __restrict__ word) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  *word = 0;
+}
+
+// amax of `input` (contiguous) into the fp32 scalar `out`: zero_word_kernel zeroes it and the
+// amax kernel runs as its programmatic dependent.
 void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) {
   uint32_t* out_bits = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
-  C10_CUDA_CHECK(cudaMemsetAsync(out_bits, 0, sizeof(uint32_t), stream));
+  zero_word_kernel<<<1, 1, 0, stream>>>(out_bits);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t numel = input.numel();
   if (numel == 0) return;
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
@@ -30,12 +42,11 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
     const T* x = static_cast<const T*>(input.const_data_ptr());
     const unsigned grid = grid_for(numel / 8 + 1, kThreads);
     if (is_aligned(x, 16)) {
-      amax_kernel<T, true><<<grid, kThreads, 0, stream>>>(x, numel, out_bits);
+      launch_dependent(amax_kernel<T, true>, grid, kThreads, stream, x, numel, out_bits);
     } else {
-      amax_kernel<T, false><<<grid, kThreads, 0, stream>>>(x, numel, out_bits);
+      launch_dependent(amax_kernel<T, false>, grid, kThreads, stream, x, numel, out_bits);
     }
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16

@@ -19,20 +19,24 @@
 namespace fp4ops::cuda {
 
 // Where a kernel gets its format. NVFP4's global scale never leaves the device: it is read from
-// `scale` (g itself, or the amax to derive g from) and, if `scale_out` is set, block 0 writes the
-// g it used there.
+// `scale` (g itself, or the amax to derive g from) and block 0 writes the g it used to
+// `scale_out` and `scale_out_copy` where they are set (the copy saves the recipe op a copy
+// kernel when one direction is off and returns the other's g).
 struct Nvfp4Source {
   using Format = Nvfp4Format;
   const float* scale;
   bool scale_is_amax;
   float* scale_out;
+  float* scale_out_copy = nullptr;
 
   __device__ __forceinline__ Nvfp4Format make() const {
     const float v = *scale;
     return {scale_is_amax ? nvfp4_global_scale_from_amax(v) : v};
   }
   __device__ __forceinline__ void publish(const Nvfp4Format& format) const {
-    if (scale_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *scale_out = format.global_scale;
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (scale_out != nullptr) *scale_out = format.global_scale;
+    if (scale_out_copy != nullptr) *scale_out_copy = format.global_scale;
   }
 };
 
@@ -108,20 +112,32 @@ __device__ __forceinline__ void tabulate_multipliers(const Nvfp4Format& format, 
   }
 }
 
+// A CTA's format from `source`: g read (block 0 publishes it) and its multipliers tabulated in
+// `table`. With `enabled` false (a recipe direction that is off) g = 1 is tabulated and nothing
+// is read or published. The caller synchronizes before the first lookup.
+__device__ __forceinline__ Nvfp4TabulatedFormat tabulate_source(const Nvfp4Source& source, float* table,
+                                                                bool enabled = true) {
+  Nvfp4Format format{1.0f};
+  if (enabled) {
+    format = source.make();
+    source.publish(format);
+  }
+  tabulate_multipliers(format, table);
+  return {format, table};
+}
+
 template <typename T, bool kAligned, class Source, class ScaleIndex>
 __global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Source source,
                                 uint8_t* __restrict__ data, uint8_t* __restrict__ scales, ScaleIndex scale_index) {
-  const typename Source::Format format = source.make();
-  source.publish(format);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if constexpr (std::is_same_v<typename Source::Format, Nvfp4Format>) {
+  if constexpr (std::is_same_v<Source, Nvfp4Source>) {
     __shared__ float multipliers[Nvfp4TabulatedFormat::kCodes];
-    tabulate_multipliers(format, multipliers);
+    const Nvfp4TabulatedFormat tabulated = tabulate_source(source, multipliers);
     __syncthreads();
-    quantize_chunks<T, kAligned>(x, num_chunks, first, stride, Nvfp4TabulatedFormat{format, multipliers}, data,
-                                 scales, scale_index);
+    quantize_chunks<T, kAligned>(x, num_chunks, first, stride, tabulated, data, scales, scale_index);
   } else {
+    const typename Source::Format format = source.make();
     quantize_chunks<T, kAligned>(x, num_chunks, first, stride, format, data, scales, scale_index);
   }
 }

@@ -85,21 +85,12 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
   __shared__ uint32_t group_max[kRecipeTileRows][kRecipeTileBlocks];
   __shared__ uint32_t scratch[32];
   __shared__ float row_table[Nvfp4TabulatedFormat::kCodes], col_table[Nvfp4TabulatedFormat::kCodes];
-  Nvfp4Format row_plain{1.0f}, col_plain{1.0f};
+  Nvfp4TabulatedFormat row_format{Nvfp4Format{1.0f}, row_table}, col_format{Nvfp4Format{1.0f}, col_table};
   if constexpr (!kAmaxOnly) {
-    if (opt.rowwise) {
-      row_plain = row_source.make();
-      row_source.publish(row_plain);
-    }
-    if (opt.columnwise) {
-      col_plain = col_source.make();
-      col_source.publish(col_plain);
-    }
-    tabulate_multipliers(row_plain, row_table);
-    tabulate_multipliers(col_plain, col_table);
+    row_format = tabulate_source(row_source, row_table, opt.rowwise);
+    col_format = tabulate_source(col_source, col_table, opt.columnwise);
     __syncthreads();
   }
-  const Nvfp4TabulatedFormat row_format{row_plain, row_table}, col_format{col_plain, col_table};
   const int t = threadIdx.x;
   const int tr = t / 4, tb = t % 4;  // rowwise role: row, block column
   const int cl = t / 4, sl = t % 4;  // columnwise role: column, strip
@@ -186,14 +177,11 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
   static_assert(kElemsPer32Bytes<T> == 16, "one 16-element block per 32-byte chunk");
   __shared__ uint32_t scratch[32];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
-  Nvfp4Format plain{1.0f};
+  Nvfp4TabulatedFormat format{Nvfp4Format{1.0f}, table};
   if constexpr (!kAmaxOnly) {
-    plain = source.make();
-    source.publish(plain);
-    tabulate_multipliers(plain, table);
+    format = tabulate_source(source, table);
     __syncthreads();
   }
-  const Nvfp4TabulatedFormat format{plain, table};
   const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
   const bool rotate = opt.hadamard_signs >= 0;
   uint32_t amax = 0;
@@ -257,11 +245,8 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
                          RecipeOut<ScaleIndex> out) {
   __shared__ uint32_t block_max[2][kStripRows][kStripBlocks];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
-  const Nvfp4Format plain = source.make();
-  source.publish(plain);
-  tabulate_multipliers(plain, table);
+  const Nvfp4TabulatedFormat format = tabulate_source(source, table);
   __syncthreads();
-  const Nvfp4TabulatedFormat format{plain, table};
   const int row = threadIdx.x / 32, lane = threadIdx.x % 32;
   StripBlock block = strip_block(units, blockIdx.x, row, lane);
   Vec8<T> raw[2];  // the 16 elements of `block`, loaded one unit ahead
