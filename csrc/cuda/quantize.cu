@@ -14,6 +14,7 @@ namespace fp4ops::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int64_t kQuantizeMaxSteps = 8;  // chunks per thread, at most (grid_for)
 // Dynamic NVFP4 up to this many elements runs as one launch of one block (decode-time
 // activations such as 1 x 4096): cheaper than an amax launch plus a quantize launch.
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
@@ -62,7 +63,7 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
     const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
-    const unsigned grid = grid_for(num_chunks, kThreads);  // >= 1: block 0 also publishes g
+    const unsigned grid = grid_for(num_chunks, kThreads, kQuantizeMaxSteps);  // >= 1: block 0 also publishes g
     with_scale_index(swizzled, input.sizes(), cols, [&](auto scale_index) {
       using Index = decltype(scale_index);
       if (is_aligned(x, 16)) {

@@ -57,7 +57,8 @@ template <bool kAmaxOnly, class Index>
 void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, const Nvfp4Source& source,
                            const RecipeOut<Index>& out, uint32_t* amax_bits, cudaStream_t stream) {
   const int64_t num_blocks = input.numel() / kNvfp4Block;
-  const unsigned grid = grid_for(num_blocks, kRecipeThreads);  // >= 1: block 0 publishes g
+  // >= 1: block 0 publishes g. At most 8 blocks per thread, as the plain quantizer's chunks.
+  const unsigned grid = grid_for(num_blocks, kRecipeThreads, /*max_steps=*/8);
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
