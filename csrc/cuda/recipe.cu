@@ -14,12 +14,15 @@ namespace fp4ops::cuda {
 
 namespace {
 
+constexpr int64_t kRecipeTilesPerCta = 4;  // tile kernel grid: see launch_recipe
+
 RecipeTiles tiles_of(const RecipeGeometry& geo) {
   const int64_t nb = geo.col_blocks();
   const int64_t row_tiles = (geo.rows + kRecipeTileRows - 1) / kRecipeTileRows;
   const int64_t col_tiles = (nb + kRecipeTileBlocks - 1) / kRecipeTileBlocks;
   const int64_t count = geo.matrices * row_tiles * col_tiles;
-  TORCH_CHECK(count < (int64_t{1} << 32), "x: too many 64x64 tiles for one launch (", int_str(count), ")");
+  // Below 2^31, so a tile index plus the grid (<= count / 4) never wraps around 32 bits.
+  TORCH_CHECK(count < (int64_t{1} << 31), "x: too many 64x64 tiles for one launch (", int_str(count), ")");
   return {geo.rows, geo.k, geo.strips(), nb, static_cast<uint32_t>(row_tiles), static_cast<uint32_t>(col_tiles),
           static_cast<uint32_t>(count)};
 }
@@ -29,10 +32,14 @@ template <bool kAmaxOnly, class RowIndex, class ColIndex>
 void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const RecipeOptions& opt,
                    const Nvfp4Source& row_source, const Nvfp4Source& col_source, const RecipeOut<RowIndex>& row_out,
                    const RecipeOut<ColIndex>& col_out, uint32_t* amax_bits, cudaStream_t stream) {
-  const int64_t count = tiles.count;
+  // About 4 tiles per CTA (at least 8 CTAs per SM, >= 1 block even with no tiles: block 0
+  // publishes the global scales). Measured on the H100 (docs/recipe.md), rowwise + columnwise at
+  // 2^28 bf16: 8 CTAs per SM (~31 tiles each) 650 us, ~8 tiles 580 us, ~4 tiles 549 us, ~2 tiles
+  // 567 us, one tile 613 us; at 2^26 ~4 tiles per CTA was the best too (141 against 144 us).
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  // >= 1 block even with no tiles: block 0 publishes the global scales.
-  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, sms * 8)));
+  const int64_t count = tiles.count;
+  const int64_t ctas = std::max<int64_t>(sms * 8, (count + kRecipeTilesPerCta - 1) / kRecipeTilesPerCta);
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(count, ctas)));
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
@@ -57,8 +64,10 @@ template <bool kAmaxOnly, class Index>
 void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, const Nvfp4Source& source,
                            const RecipeOut<Index>& out, uint32_t* amax_bits, cudaStream_t stream) {
   const int64_t num_blocks = input.numel() / kNvfp4Block;
-  // >= 1: block 0 publishes g. At most 8 blocks per thread, as the plain quantizer's chunks.
-  const unsigned grid = grid_for(num_blocks, kRecipeThreads, /*max_steps=*/8);
+  // >= 1: block 0 publishes g. Unlike the plain quantizer's, this grid stays at 16 CTAs per SM:
+  // at most 8 blocks per thread measured the same at 2^28 and 1-2% slower at 2^26, fewer still
+  // was slower (docs/recipe.md).
+  const unsigned grid = grid_for(num_blocks, kRecipeThreads);
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
