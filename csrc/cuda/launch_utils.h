@@ -33,8 +33,8 @@ inline bool is_aligned(const void* p, std::uintptr_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-// Grid for a grid-stride loop over `work_items`: 16 blocks per SM (two waves of 256-thread blocks
-// on an H100), never more than the work needs, and more where a thread would otherwise take over
+// Grid for a grid-stride loop over `work_items`: 16 blocks per SM (two to three waves of
+// 256-thread blocks on an H100, by register use), never more than the work needs, and more where a thread would otherwise take over
 // `max_steps` items. Measured on the H100 (docs/performance.md): the quantizers at 2^28 bf16
 // elements gain 3-5 points of copy bandwidth from ~8 steps per thread instead of ~31, the
 // dequantizer most from one step per thread; at 2^24-2^26 16 blocks per SM stays best for them,

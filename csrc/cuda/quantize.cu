@@ -21,8 +21,9 @@ constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
 constexpr int kSingleBlockThreads = 1024;
 
 // Zeroes amax_kernel's word. amax_kernel is launched as its dependent, so its blocks start
-// reading x while this runs; behind a cudaMemsetAsync they started only after it (the cost:
-// docs/performance.md).
+// reading x while this runs; behind a cudaMemsetAsync they started only after it. Measured on
+// the H100 (docs/performance.md): graph replay of decode-size amax 3.1 -> 2.0 us, cold calls at
+// 2^26 unchanged, cold decode-size calls ~0.5 us slower.
 __global__ void zero_word_kernel(uint32_t* __restrict__ word) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
