@@ -34,12 +34,12 @@ inline bool is_aligned(const void* p, std::uintptr_t bytes) {
 }
 
 // Grid for a grid-stride loop over `work_items`: 16 blocks per SM (two to three waves of
-// 256-thread blocks on an H100, by register use), never more than the work needs, and more
-// where a thread would otherwise take over `max_steps` items. Measured on the H100 (docs/performance.md): the quantizers at 2^28 bf16
-// elements gain 3-5 points of copy bandwidth from ~8 steps per thread instead of ~31, the
-// dequantizer most from one step per thread; at 2^24-2^26 16 blocks per SM stays best for them,
-// and amax loses with more blocks (one atomic each). A single resident wave measured 1-3
-// points worse on the bf16 quantizers.
+// 256-thread blocks on an H100, by register use), never more than the work needs, and more where a
+// thread would otherwise take over `max_steps` items. Measured on the H100 (docs/performance.md):
+// the quantizers at 2^28 bf16 elements gain 3-5 points of copy bandwidth from ~8 steps per thread
+// instead of ~31, the dequantizer most from one step per thread; at 2^24-2^26 16 blocks per SM
+// stays best for them, and amax loses with more blocks (one atomic each). A single resident wave
+// measured 1-3 points worse on the bf16 quantizers.
 inline unsigned grid_for(int64_t work_items, int threads_per_block,
                          int64_t max_steps = std::numeric_limits<int64_t>::max()) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
