@@ -38,6 +38,10 @@ FP4OPS_HD void hadamard16(float (&v)[16], uint32_t signs) {
   for (int i = 0; i < 16; ++i) v[i] = mul_rn(v[i], 0.25f);
 }
 
+// Transformer Engine's fixed sign vector (reference.TE_RHT_SIGNS) as a sign mask: the default
+// rotation, for which the CUDA rowwise kernel has a compile-time instance.
+constexpr uint32_t kTeHadamardSigns = 0xD7E8;
+
 // Philox4x32-10 (Salmon et al., SC'11): four 32-bit random words from a 128-bit counter and a
 // 64-bit key. Counter of an output block: {block index low, block index high (bit 31: the
 // columnwise output), offset low, offset high}; key: the seed.

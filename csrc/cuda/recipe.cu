@@ -72,12 +72,16 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
       const T* x = static_cast<const T*>(input.const_data_ptr());
+      const auto launch = [&](auto kernel) {
+        kernel<<<grid, kRecipeThreads, 0, stream>>>(x, num_blocks, opt, source, out, amax_bits);
+      };
+      const bool te_signs = opt.hadamard_signs == static_cast<int32_t>(kTeHadamardSigns);
       if (is_aligned(x, 16)) {
-        recipe_rowwise_kernel<T, true, kAmaxOnly, Index><<<grid, kRecipeThreads, 0, stream>>>(x, num_blocks, opt,
-                                                                                              source, out, amax_bits);
+        te_signs ? launch(recipe_rowwise_kernel<T, true, kAmaxOnly, true, Index>)
+                 : launch(recipe_rowwise_kernel<T, true, kAmaxOnly, false, Index>);
       } else {
-        recipe_rowwise_kernel<T, false, kAmaxOnly, Index><<<grid, kRecipeThreads, 0, stream>>>(x, num_blocks, opt,
-                                                                                               source, out, amax_bits);
+        te_signs ? launch(recipe_rowwise_kernel<T, false, kAmaxOnly, true, Index>)
+                 : launch(recipe_rowwise_kernel<T, false, kAmaxOnly, false, Index>);
       }
     }
   });

@@ -170,7 +170,10 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
 // 256 code bytes and 32 scale bytes, each sector-complete (the tile kernel's warp spans 8 rows and
 // touches 8 scale sectors). Same block index b, rotation and encoding as recipe_kernel, hence
 // the same bits. kAmaxOnly: reduce the rotated finite max into amax_bits[0] and store nothing.
-template <typename T, bool kAligned, bool kAmaxOnly, class ScaleIndex>
+// kTeSigns: the rotation uses Transformer Engine's sign vector (the default), a compile-time
+// constant, so its sign flips become operand negations of the butterfly's first additions
+// instead of instructions of their own.
+template <typename T, bool kAligned, bool kAmaxOnly, bool kTeSigns, class ScaleIndex>
 __global__ void __launch_bounds__(kRecipeThreads)
 recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions opt, Nvfp4Source source,
                       RecipeOut<ScaleIndex> out, uint32_t* __restrict__ amax_bits) {
@@ -182,8 +185,8 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
     format = tabulate_source(source, table);
     __syncthreads();
   }
-  const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
-  const bool rotate = opt.hadamard_signs >= 0;
+  const uint32_t signs = kTeSigns ? kTeHadamardSigns : static_cast<uint32_t>(opt.hadamard_signs);
+  const bool rotate = kTeSigns || opt.hadamard_signs >= 0;
   uint32_t amax = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < num_blocks; u += stride) {
