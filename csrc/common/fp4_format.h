@@ -178,12 +178,19 @@ __device__ __forceinline__ uint32_t e2m1x2_encode_simd(float even, float odd) {
   return (lanes | (lanes >> 12)) & 0xFFu;  // both nibbles in one byte
 }
 
-// Four pairs' lanes into one word, pair j in byte j: byte moves gather [pair 0 even, pair 1 even,
-// pair 0 odd, pair 1 odd] nibbles into bytes 0..3, and p | p >> 12 brings the odd nibbles next to
-// the even ones (bits 16..19 -> 4..7, 24..27 -> 12..15). Five instructions for four pairs.
+#endif
+
+#if defined(__CUDA_ARCH__)
+// Four pairs' lanes into one word, pair j in byte j. Each lane word holds a pair's two code
+// nibbles in bytes kEven and kOdd (zero above the nibble): e2m1x2_lanes_simd's in bytes 0 and 2,
+// the stochastic encoder's (recipe.h) in bytes 1 and 3. Byte moves gather [pair 0 even, pair 1
+// even, pair 0 odd, pair 1 odd] nibbles into bytes 0..3, and p | p >> 12 brings the odd nibbles
+// next to the even ones (bits 16..19 -> 4..7, 24..27 -> 12..15). Five instructions for four pairs.
+template <int kEven = 0, int kOdd = 2>
 __device__ __forceinline__ uint32_t e2m1x8_pack_lanes(uint32_t l0, uint32_t l1, uint32_t l2, uint32_t l3) {
-  const uint32_t p01 = __byte_perm(l0, l1, 0x6240);
-  const uint32_t p23 = __byte_perm(l2, l3, 0x6240);
+  constexpr uint32_t kGather = kEven | (kEven + 4) << 4 | kOdd << 8 | (kOdd + 4) << 12;
+  const uint32_t p01 = __byte_perm(l0, l1, kGather);
+  const uint32_t p23 = __byte_perm(l2, l3, kGather);
   return __byte_perm(p01 | (p01 >> 12), p23 | (p23 >> 12), 0x5410);
 }
 #endif

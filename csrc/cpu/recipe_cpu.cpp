@@ -76,7 +76,7 @@ struct DirectionOut {
   void write(int64_t b, const float (&v)[16], const GroupMax& m, const Nvfp4Format& format,
              const RecipeOptions& opt) const {
     const BlockEncoding enc = format.encode(m.finite ? m.max : 0.0f, m.finite);
-    const Philox4 random = opt.stochastic ? philox4x32_10(b, columnwise, opt.offset, opt.seed) : Philox4{};
+    const Philox4 random = opt.stochastic ? philox4x32_10(b, columnwise, opt.offset, opt.keys) : Philox4{};
     uint32_t words[2];
     encode_block16(v, enc, opt.stochastic, random, words);
     for (int i = 0; i < 8; ++i) data[b * 8 + i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));

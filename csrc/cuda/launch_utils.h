@@ -33,18 +33,18 @@ inline bool is_aligned(const void* p, std::uintptr_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-// Grid for a grid-stride loop over `work_items`: 16 blocks per SM (two to three waves of
-// 256-thread blocks on an H100, by register use), never more than the work needs, and more where a
-// thread would otherwise take over `max_steps` items. Measured on the H100 (docs/performance.md):
-// the quantizers at 2^28 bf16 elements gain 3-5 points of copy bandwidth from ~8 steps per thread
-// instead of ~31, the dequantizer most from one step per thread; at 2^24-2^26 16 blocks per SM
-// stays best for them, and amax loses with more blocks (one atomic each). A single resident wave
-// measured 1-3 points worse on the bf16 quantizers.
+// Grid for a grid-stride loop over `work_items`: `min_per_sm` blocks per SM (16: two to three
+// waves of 256-thread blocks on an H100, by register use), never more than the work needs, and
+// more where a thread would otherwise take over `max_steps` items. Measured on the H100
+// (docs/performance.md): the quantizers at 2^28 bf16 elements gain 3-5 points of copy bandwidth
+// from ~8 steps per thread instead of ~31, the dequantizer most from one step per thread; at
+// 2^24-2^26 16 blocks per SM stays best for them, and amax loses with more blocks (one atomic
+// each). A single resident wave measured 1-3 points worse on the bf16 quantizers.
 inline unsigned grid_for(int64_t work_items, int threads_per_block,
-                         int64_t max_steps = std::numeric_limits<int64_t>::max()) {
+                         int64_t max_steps = std::numeric_limits<int64_t>::max(), int64_t min_per_sm = 16) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t wanted = (work_items + threads_per_block - 1) / threads_per_block;
-  const int64_t blocks = std::max(sms * 16, wanted / max_steps + (wanted % max_steps != 0));
+  const int64_t blocks = std::max(sms * min_per_sm, wanted / max_steps + (wanted % max_steps != 0));
   constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();  // gridDim.x; the loop does the rest
   return static_cast<unsigned>(std::max<int64_t>(1, std::min({wanted, blocks, kMaxGrid})));
 }

@@ -20,22 +20,11 @@ constexpr int64_t kQuantizeMaxSteps = 8;  // chunks per thread, at most (grid_fo
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
 constexpr int kSingleBlockThreads = 1024;
 
-// Zeroes amax_kernel's word. amax_kernel is launched as its dependent, so its blocks start
-// reading x while this runs; behind a cudaMemsetAsync they started only after it. Measured on
-// the H100 (docs/performance.md): graph replay of decode-size amax 3.1 -> 2.0 us, cold calls at
-// 2^26 unchanged, cold decode-size calls ~0.5 us slower.
-__global__ void zero_word_kernel(uint32_t* __restrict__ word) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  *word = 0;
-}
-
-// amax of `input` (contiguous) into the fp32 scalar `out`: zero_word_kernel zeroes it and the
+// amax of `input` (contiguous) into the fp32 scalar `out`: zero_words_kernel zeroes it and the
 // amax kernel runs as its programmatic dependent.
 void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) {
   uint32_t* out_bits = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
-  zero_word_kernel<<<1, 1, 0, stream>>>(out_bits);
+  zero_words_kernel<<<1, 1, 0, stream>>>(out_bits, 1);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t numel = input.numel();
   if (numel == 0) return;

@@ -27,6 +27,19 @@ RecipeTiles tiles_of(const RecipeGeometry& geo) {
           static_cast<uint32_t>(count)};
 }
 
+// A quantizing pass launches as usual; an amax pass (kAmaxOnly: the rotated amax into the two
+// words at amax_bits, which the caller has just zeroed with zero_words_kernel) launches as that
+// kernel's programmatic dependent, so its blocks read x while the words are zeroed.
+template <bool kAmaxOnly, typename... KernelArgs, typename... Args>
+void launch_behind_zeroing(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
+                           Args&&... args) {
+  if constexpr (kAmaxOnly) {
+    launch_dependent(kernel, grid, threads, stream, std::forward<Args>(args)...);
+  } else {
+    kernel<<<grid, threads, 0, stream>>>(std::forward<Args>(args)...);
+  }
+}
+
 // Runs recipe_kernel over every tile, once for amax (kAmaxOnly) or once to quantize.
 template <bool kAmaxOnly, class RowIndex, class ColIndex>
 void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const RecipeOptions& opt,
@@ -36,19 +49,18 @@ void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const Reci
   // publishes the global scales). Measured on the H100 (docs/recipe.md), rowwise + columnwise at
   // 2^28 bf16: 8 CTAs per SM (~31 tiles each) 650 us, ~8 tiles 580 us, ~4 tiles 549 us, ~2 tiles
   // 567 us, one tile 613 us; at 2^26 ~4 tiles per CTA was the best too (141 against 144 us).
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t count = tiles.count;
-  const int64_t ctas = std::max<int64_t>(sms * 8, (count + kRecipeTilesPerCta - 1) / kRecipeTilesPerCta);
-  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(count, ctas)));
+  const unsigned grid = grid_for(tiles.count, 1, kRecipeTilesPerCta, /*min_per_sm=*/8);
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
+    const auto launch = [&](auto kernel) {
+      launch_behind_zeroing<kAmaxOnly>(kernel, grid, kRecipeThreads, stream, x, tiles, opt, row_source, col_source,
+                                       row_out, col_out, amax_bits);
+    };
     if (is_aligned(x, 16)) {
-      recipe_kernel<T, true, kAmaxOnly, RowIndex, ColIndex><<<grid, kRecipeThreads, 0, stream>>>(
-          x, tiles, opt, row_source, col_source, row_out, col_out, amax_bits);
+      launch(recipe_kernel<T, true, kAmaxOnly, RowIndex, ColIndex>);
     } else {
-      recipe_kernel<T, false, kAmaxOnly, RowIndex, ColIndex><<<grid, kRecipeThreads, 0, stream>>>(
-          x, tiles, opt, row_source, col_source, row_out, col_out, amax_bits);
+      launch(recipe_kernel<T, false, kAmaxOnly, RowIndex, ColIndex>);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -73,7 +85,8 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
     if constexpr (sizeof(T) == 2) {
       const T* x = static_cast<const T*>(input.const_data_ptr());
       const auto launch = [&](auto kernel) {
-        kernel<<<grid, kRecipeThreads, 0, stream>>>(x, num_blocks, opt, source, out, amax_bits);
+        launch_behind_zeroing<kAmaxOnly>(kernel, grid, kRecipeThreads, stream, x, num_blocks, opt, source, out,
+                                         amax_bits);
       };
       const bool te_signs = opt.hadamard_signs == static_cast<int32_t>(kTeHadamardSigns);
       if (is_aligned(x, 16)) {
@@ -114,9 +127,11 @@ void launch_recipe_rowwise_2d(const at::Tensor& input, const RecipeGeometry& geo
       kernel<<<grid, kStripThreads, 0, stream>>>(x, units, opt, source, out);
     };
     if (is_aligned(x, 16)) {
-      launch(recipe_rowwise_2d_kernel<T, true, Index>);
+      opt.stochastic ? launch(recipe_rowwise_2d_kernel<T, true, true, Index>)
+                     : launch(recipe_rowwise_2d_kernel<T, true, false, Index>);
     } else {
-      launch(recipe_rowwise_2d_kernel<T, false, Index>);
+      opt.stochastic ? launch(recipe_rowwise_2d_kernel<T, false, true, Index>)
+                     : launch(recipe_rowwise_2d_kernel<T, false, false, Index>);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -149,8 +164,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     source = global_scale->reshape({}).contiguous();
     source_is_amax = false;
   } else if (opt.hadamard_signs >= 0) {
-    source = at::zeros({2}, x.options().dtype(at::kFloat));
+    source = at::empty({2}, x.options().dtype(at::kFloat));
     uint32_t* amax_bits = reinterpret_cast<uint32_t*>(source.mutable_data_ptr<float>());
+    zero_words_kernel<<<1, 1, 0, stream>>>(amax_bits, 2);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (rowwise_kernel) {
       launch_recipe_rowwise<true>(input, opt, Nvfp4Source{}, RecipeOut<LinearScales>{}, amax_bits, stream);
     } else {

@@ -67,7 +67,7 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
                                             bool columnwise) {
   const bool finite = max_bits < kInfBits;
   const BlockEncoding enc = format.encode(finite ? __uint_as_float(max_bits) : 0.0f, finite);
-  const Philox4 random = opt.stochastic ? philox4x32_10(b, columnwise, opt.offset, opt.seed) : Philox4{};
+  const Philox4 random = opt.stochastic ? philox4x32_10(b, columnwise, opt.offset, opt.keys) : Philox4{};
   uint32_t words[2];
   encode_block16(v, enc, opt.stochastic, random, words);
   __stcs(reinterpret_cast<uint2*>(out.data) + b, make_uint2(words[0], words[1]));
@@ -75,7 +75,7 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
 }
 
 // kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
-// amax_bits[0] / amax_bits[1] (zeroed before the launch) and store nothing.
+// amax_bits[0] / amax_bits[1] (zeroed by the primary grid, or before the launch) and store nothing.
 template <typename T, bool kAligned, bool kAmaxOnly, class RowIndex, class ColIndex>
 __global__ void __launch_bounds__(kRecipeThreads)
 recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvfp4Source row_source,
@@ -160,6 +160,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
   if constexpr (kAmaxOnly) {
     row_amax = block_reduce_max(row_amax, scratch);
     col_amax = block_reduce_max(col_amax, scratch);
+    wait_for_primary_grid();  // the words' zeroing (launch_behind_zeroing, recipe.cu)
     if (t == 0 && row_amax != 0) atomicMax(amax_bits, row_amax);
     if (t == 0 && col_amax != 0) atomicMax(amax_bits + 1, col_amax);
   }
@@ -202,6 +203,7 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
   }
   if constexpr (kAmaxOnly) {
     amax = block_reduce_max(amax, scratch);
+    wait_for_primary_grid();  // the words' zeroing (launch_behind_zeroing, recipe.cu)
     if (threadIdx.x == 0 && amax != 0) atomicMax(amax_bits, amax);
   }
 }
@@ -242,10 +244,11 @@ __device__ __forceinline__ StripBlock strip_block(const StripUnits& units, uint3
   return {(m * units.rows + r) * units.nb + cb, m, r, cb, u < units.count && r < units.rows && cb < units.nb};
 }
 
-template <typename T, bool kAligned, class ScaleIndex>
+template <typename T, bool kAligned, bool kStochastic, class ScaleIndex>
 __global__ void __launch_bounds__(kStripThreads)
 recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOptions opt, Nvfp4Source source,
                          RecipeOut<ScaleIndex> out) {
+  opt.stochastic = kStochastic;
   __shared__ uint32_t block_max[2][kStripRows][kStripBlocks];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   const Nvfp4TabulatedFormat format = tabulate_source(source, table);
