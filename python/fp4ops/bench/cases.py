@@ -246,7 +246,8 @@ def _gemv_check(y: torch.Tensor, a, b) -> str:
 
 RECIPE_VARIANTS = [  # (name, options, rowwise + columnwise)
     ("plain", {}, False), ("swizzled scales", {"scale_layout": "swizzled"}, False),
-    ("hadamard (TE signs)", {"hadamard": True}, False), ("2D 16x16 blocks", {"block_2d": True}, False),
+    ("hadamard (TE signs)", {"hadamard": True}, False), ("hadamard (seeded signs)", {"hadamard": 7}, False),
+    ("2D 16x16 blocks", {"block_2d": True}, False),
     ("stochastic rounding", {"stochastic_rounding": True, "seed": 1}, False),
     ("rowwise + columnwise", {}, True), ("rowwise + columnwise, 2D", {"block_2d": True}, True),
     ("rowwise + columnwise, hadamard + SR", {"hadamard": True, "stochastic_rounding": True, "seed": 1}, True),
