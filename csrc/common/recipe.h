@@ -29,6 +29,22 @@ FP4OPS_HD PhiloxKeys philox_keys(uint64_t seed) {
   return keys;
 }
 
+// The rotation's sign flips as XOR masks on 16-bit elements packed two per word: bit 15 / 31 of
+// word j negates element 2j / 2j + 1 (all zero without a rotation). The GPU's per-block kernel
+// flips 16-bit inputs this way, one XOR per two elements, before widening them to fp32; negating
+// either the 16-bit value or its exact fp32 widening gives the same fp32 value.
+struct SignWords {
+  uint32_t w[8];
+};
+
+FP4OPS_HD SignWords hadamard_sign_words(int32_t hadamard_signs) {
+  SignWords words{};
+  if (hadamard_signs < 0) return words;
+  const auto signs = static_cast<uint32_t>(hadamard_signs);
+  for (int j = 0; j < 8; ++j) words.w[j] = ((signs >> (2 * j)) & 1u) << 15 | ((signs >> (2 * j + 1)) & 1u) << 31;
+  return words;
+}
+
 // What a recipe quantize does besides plain 1D NVFP4 (all off = the plain quantizer's bits).
 struct RecipeOptions {
   bool rowwise;           // blocks of 16 along K: x itself
@@ -39,6 +55,7 @@ struct RecipeOptions {
   uint64_t seed;
   uint64_t offset;
   PhiloxKeys keys;        // philox_keys(seed)
+  SignWords sign_words;   // hadamard_sign_words(hadamard_signs)
 };
 
 // x' = x diag(S) H16 / 4 on one 16-element group, H16 the Sylvester Hadamard matrix

@@ -48,7 +48,8 @@ inline RecipeOptions check_recipe_args(const at::Tensor& x, bool rowwise, bool c
   }
   const auto seed_bits = static_cast<uint64_t>(seed.value_or(0));
   return {rowwise, columnwise, block_2d, static_cast<int32_t>(hadamard_signs), seed.has_value(),
-          seed_bits, static_cast<uint64_t>(offset), philox_keys(seed_bits)};
+          seed_bits, static_cast<uint64_t>(offset), philox_keys(seed_bits),
+          hadamard_sign_words(static_cast<int32_t>(hadamard_signs))};
 }
 
 // The logical shape of the columnwise output: x^T per matrix, [..., K, rows].

@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <type_traits>
+
 namespace fp4ops::cuda {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -75,6 +78,25 @@ __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t gro
 template <typename T>
 constexpr int kElemsPer32Bytes = 32 / sizeof(T);
 
+// 32 loaded bytes (two 16-byte vectors) widened to fp32. bf16 pairs by bit operations: the low
+// element shifted up, the high one masked in place (the compiler's own widening moved the high
+// half down and back up: 3 instructions per pair instead of 2, 8 more per 16 elements, sm_90 SASS).
+template <typename T>
+__device__ __forceinline__ void widen_chunk32(const uint4 (&raw)[2], float (&v)[kElemsPer32Bytes<T>]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[2 * j] = __uint_as_float(words[j] << 16);
+      v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+    }
+  } else {
+    const T* values = reinterpret_cast<const T*>(raw);
+#pragma unroll
+    for (int j = 0; j < kElemsPer32Bytes<T>; ++j) v[j] = to_float(values[j]);
+  }
+}
+
 template <typename T, bool kAligned>
 __device__ __forceinline__ void load_chunk32(const T* __restrict__ x, int64_t chunk,
                                              float (&v)[kElemsPer32Bytes<T>]) {
@@ -83,9 +105,7 @@ __device__ __forceinline__ void load_chunk32(const T* __restrict__ x, int64_t ch
   if constexpr (kAligned) {
     const uint4* src = reinterpret_cast<const uint4*>(p);
     const uint4 raw[2] = {__ldcs(src), __ldcs(src + 1)};
-    const T* values = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int j = 0; j < kN; ++j) v[j] = to_float(values[j]);
+    widen_chunk32<T>(raw, v);
   } else {
 #pragma unroll
     for (int j = 0; j < kN; ++j) v[j] = to_float(p[j]);

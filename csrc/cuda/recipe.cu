@@ -5,6 +5,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <type_traits>
+
 #include "../common/recipe_checks.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
@@ -88,13 +90,20 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
         launch_behind_zeroing<kAmaxOnly>(kernel, grid, kRecipeThreads, stream, x, num_blocks, opt, source, out,
                                          amax_bits);
       };
-      const bool te_signs = opt.hadamard_signs == static_cast<int32_t>(kTeHadamardSigns);
+      const auto launch_rotation = [&](auto aligned) {
+        constexpr bool kAligned = decltype(aligned)::value;
+        if (opt.hadamard_signs < 0) {
+          launch(recipe_rowwise_kernel<T, kAligned, kAmaxOnly, Rotation::kNone, Index>);
+        } else if (opt.hadamard_signs == static_cast<int32_t>(kTeHadamardSigns)) {
+          launch(recipe_rowwise_kernel<T, kAligned, kAmaxOnly, Rotation::kTeSigns, Index>);
+        } else {
+          launch(recipe_rowwise_kernel<T, kAligned, kAmaxOnly, Rotation::kRuntimeSigns, Index>);
+        }
+      };
       if (is_aligned(x, 16)) {
-        te_signs ? launch(recipe_rowwise_kernel<T, true, kAmaxOnly, true, Index>)
-                 : launch(recipe_rowwise_kernel<T, true, kAmaxOnly, false, Index>);
+        launch_rotation(std::true_type{});
       } else {
-        te_signs ? launch(recipe_rowwise_kernel<T, false, kAmaxOnly, true, Index>)
-                 : launch(recipe_rowwise_kernel<T, false, kAmaxOnly, false, Index>);
+        launch_rotation(std::false_type{});
       }
     }
   });

@@ -166,15 +166,34 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
   }
 }
 
+// load_chunk32 of 16-bit x (16-byte aligned) with each element's sign flipped where `flips` says
+// (hadamard_sign_words): one XOR per two packed elements, where hadamard16's flips of fp32 values
+// take a shift and a LOP3 each with runtime signs. The flips' words are kernel parameters.
+template <typename T>
+__device__ __forceinline__ void load_chunk32_flipped(const T* __restrict__ x, int64_t chunk, const SignWords& flips,
+                                                     float (&v)[16]) {
+  static_assert(sizeof(T) == 2, "two elements per 32-bit word");
+  const uint4* src = reinterpret_cast<const uint4*>(x + chunk * 16);
+  uint4 raw[2] = {__ldcs(src), __ldcs(src + 1)};
+  uint32_t* words = reinterpret_cast<uint32_t*>(raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) words[j] ^= flips.w[j];
+  widen_chunk32<T>(raw, v);
+}
+
 // Rowwise only, 1D scales, 16-bit x (the rotation and stochastic rounding are per block): one
 // thread per 16-element block, as in the plain quantizer, so a warp reads 1 KiB and stores
 // 256 code bytes and 32 scale bytes, each sector-complete (the tile kernel's warp spans 8 rows and
 // touches 8 scale sectors). Same block index b, rotation and encoding as recipe_kernel, hence
 // the same bits. kAmaxOnly: reduce the rotated finite max into amax_bits[0] and store nothing.
-// kTeSigns: the rotation uses Transformer Engine's sign vector (the default), a compile-time
-// constant, so its sign flips become operand negations of the butterfly's first additions
-// instead of instructions of their own.
-template <typename T, bool kAligned, bool kAmaxOnly, bool kTeSigns, class ScaleIndex>
+// One instance per kind of rotation, so the options without one carry none of its code.
+// Transformer Engine's sign vector (the default) is a compile-time constant there, so its sign
+// flips become operand negations of the butterfly's first additions instead of instructions of
+// their own; other signs flip the packed inputs as they are loaded (load_chunk32_flipped) where
+// x is 16-byte aligned.
+enum class Rotation { kNone, kTeSigns, kRuntimeSigns };
+
+template <typename T, bool kAligned, bool kAmaxOnly, Rotation kRotation, class ScaleIndex>
 __global__ void __launch_bounds__(kRecipeThreads)
 recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions opt, Nvfp4Source source,
                       RecipeOut<ScaleIndex> out, uint32_t* __restrict__ amax_bits) {
@@ -186,15 +205,21 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
     format = tabulate_source(source, table);
     __syncthreads();
   }
-  const uint32_t signs = kTeSigns ? kTeHadamardSigns : static_cast<uint32_t>(opt.hadamard_signs);
-  const bool rotate = kTeSigns || opt.hadamard_signs >= 0;
+  constexpr bool kFlipOnLoad = kAligned && kRotation == Rotation::kRuntimeSigns;
+  const uint32_t signs = kRotation == Rotation::kTeSigns ? kTeHadamardSigns
+                         : kFlipOnLoad                   ? 0u
+                                                         : static_cast<uint32_t>(opt.hadamard_signs);
   uint32_t amax = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < num_blocks; u += stride) {
     const int64_t b = out.index.block_at(u);
     float v[16];
-    load_chunk32<T, kAligned>(x, b, v);
-    if (rotate) hadamard16(v, signs);
+    if constexpr (kFlipOnLoad) {
+      load_chunk32_flipped(x, b, opt.sign_words, v);
+    } else {
+      load_chunk32<T, kAligned>(x, b, v);
+    }
+    if constexpr (kRotation != Rotation::kNone) hadamard16(v, signs);
     if constexpr (kAmaxOnly) {
       amax = max(amax, finite_max_bits16(v));
     } else {
