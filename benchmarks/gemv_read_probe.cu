@@ -20,6 +20,17 @@
 
 using fp4ops::cuda::MmaSchedule;
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src) { fp4ops::cuda::cp_async_16_streaming(dst, src); }
+// The same copy with another L2 prefetch hint: 0 none, 256 the 256-byte prefetch (128 is cp16's).
+template <int kPrefetch>
+__device__ __forceinline__ void cp16_hint(uint32_t dst, const void* src) {
+  if constexpr (kPrefetch == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" :: "r"(dst), "l"(src));
+  } else if constexpr (kPrefetch == 0) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src));
+  } else {
+    cp16(dst, src);
+  }
+}
 __device__ __forceinline__ void commit() { fp4ops::cuda::cp_async_commit(); }
 template <int N> __device__ __forceinline__ void waitg() { fp4ops::cuda::cp_async_wait<N>(); }
 
@@ -59,7 +70,7 @@ __global__ void __launch_bounds__(512, 2) contiguous(const uint8_t* a, size_t by
 
 // GEMV pattern: groups of wk warps own contiguous 16-row tiles; warp kw reads segments kw, kw+wk, ...;
 // lane (g, t) copies 16 B of rows g and g+8 at byte 16t of the segment's 64 B.
-template <int kStages>
+template <int kStages, int kPrefetch = 128>
 __global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t rows, int64_t row_bytes, int wk, unsigned* sink) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -77,7 +88,7 @@ __global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t
       const int64_t tile = begin + issued / count; const int seg = kw + (issued % count) * wk;
       const uint8_t* src = a + (tile * 16 + g) * row_bytes + seg * 64 + 16 * t;
       uint32_t dst = (uint32_t)__cvta_generic_to_shared(ring + (issued % kStages) * 1024 + g * 64 + 16 * t);
-      cp16(dst, src); cp16(dst + 512, src + 8 * row_bytes);
+      cp16_hint<kPrefetch>(dst, src); cp16_hint<kPrefetch>(dst + 512, src + 8 * row_bytes);
     }
     commit(); ++issued;
   };
@@ -123,6 +134,75 @@ __global__ void __launch_bounds__(512, 2) gemv_rows(const uint8_t* a, int64_t ro
     issue();
     acc += *(const unsigned*)(ring + (u % kStages) * 1024 + lane * 16);
   }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// Tiles of kRows rows (16 is the GEMV's): the warp's kilobyte per step covers kRows rows x
+// 1024 / kRows bytes, lanes in row order; groups of wk warps take turns along the row as before.
+template <int kRows>
+__global__ void __launch_bounds__(512, 2) gemv_rows_per_tile(const uint8_t* a, int64_t rows, int64_t row_bytes, int wk, unsigned* sink) {
+  constexpr int kStages = 4, kPieceBytes = 1024 / kRows, kChunksPerRow = kPieceBytes / 16;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint8_t* ring = smem + warp * kStages * 1024;
+  const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
+  const int64_t tiles = rows / kRows, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
+  const int2 share = share_of(tiles, G, gi, wk);
+  const int segs = (int)(row_bytes / kPieceBytes), count = (segs - kw + wk - 1) / wk;
+  const int units = (share.y - share.x) * count;
+  unsigned acc = 0;
+  int issued = 0;
+  auto issue = [&]() {
+    if (issued < units) {
+      const int64_t tile = share.x + issued / count; const int seg = kw + (issued % count) * wk;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int q = c * 32 + lane, r = q / kChunksPerRow, col = q % kChunksPerRow;
+        cp16((uint32_t)__cvta_generic_to_shared(ring + (issued % kStages) * 1024 + q * 16),
+             a + (tile * kRows + r) * row_bytes + seg * kPieceBytes + col * 16);
+      }
+    }
+    commit(); ++issued;
+  };
+  for (int i = 0; i < kStages - 1; ++i) issue();
+  for (int u = 0; u < units; ++u) {
+    waitg<kStages - 2>(); __syncwarp();
+    issue();
+    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + lane * 16);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// The GEMV pattern through registers instead of shared memory: the same turns and lanes, each lane
+// keeping its next kDepth segments (rows g and g + 8) in flight as streamed 16-byte loads.
+__device__ __forceinline__ uint4 ld_streamed(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+template <int kDepth>
+__global__ void __launch_bounds__(512, 2) gemv_pattern_regs(const uint8_t* a, int64_t rows, int64_t row_bytes, int wk, unsigned* sink) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
+  const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
+  const int2 share = share_of(tiles, G, gi, wk);
+  const int segs = (int)(row_bytes / 64), count = (segs - kw + wk - 1) / wk;
+  const int units = (share.y - share.x) * count;
+  const auto src = [&](int u) {
+    const int64_t tile = share.x + u / count; const int seg = kw + (u % count) * wk;
+    return a + (tile * 16 + g) * row_bytes + seg * 64 + 16 * t;
+  };
+  unsigned acc = 0;
+  int u = 0;
+  for (; u + kDepth <= units; u += kDepth) {
+    uint4 v[kDepth], w[kDepth];
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) v[i] = ld_streamed(src(u + i)), w[i] = ld_streamed(src(u + i) + 8 * row_bytes);
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) acc += v[i].x ^ w[i].y;
+  }
+  for (; u < units; ++u) acc += ld_streamed(src(u)).x ^ ld_streamed(src(u) + 8 * row_bytes).y;
   if (acc == 0x12345678u) *sink = acc;
 }
 
@@ -186,6 +266,50 @@ int main() {
   };
   printf("| bytes | rows x bytes | warps_k | plain | contiguous | gemv pattern | rows |\n|---|---|---|---|---|---|---|\n");
   run(contiguous<4>, gemv_pattern<4>, gemv_rows<4>, 4);
+  // The GEMV pattern's knobs: warps per tile (groups reading 16 rows x wk * 64 B per turn), the L2
+  // prefetch hint of the copies, registers instead of a shared-memory ring.
+  printf("\n| rows x bytes | warps_k | cp.async, L2::128B | no hint | L2::256B | registers, 4 deep |\n|---|---|---|---|---|---|\n");
+  {
+    const size_t smem = 16 * 4 * 1024;
+    const auto k128 = gemv_pattern<4, 128>, k0 = gemv_pattern<4, 0>, k256 = gemv_pattern<4, 256>;
+    for (auto k : {k128, k0, k256}) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    int per_sm = 0, per_sm_r = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k128, 512, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_r, gemv_pattern_regs<4>, 512, 0);
+    for (auto sh : shapes) {
+      const size_t bytes = sh.rows * sh.row_bytes;
+      for (int wk : {2, 4, 8, 16}) {
+        if (sh.row_bytes / 64 < wk) continue;
+        const auto bw = [&](auto kern, int ctas, size_t sm) {
+          const float ms = time_it([&] { kern<<<ctas, 512, sm>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+          return bytes / ms / 1e6;
+        };
+        printf("| %6lld x %5lld B | %2d | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s |\n", (long long)sh.rows,
+               (long long)sh.row_bytes, wk, bw(k128, per_sm * sms, smem), bw(k0, per_sm * sms, smem),
+               bw(k256, per_sm * sms, smem), bw(gemv_pattern_regs<4>, per_sm_r * sms, 0));
+      }
+    }
+  }
+  // Fewer rows per tile, longer pieces of each row per warp step.
+  printf("\n| rows x bytes | warps_k | 16 rows x 64 B | 8 x 128 B | 4 x 256 B | 2 x 512 B |\n|---|---|---|---|---|---|\n");
+  {
+    const size_t smem = 16 * 4 * 1024;
+    const auto k16 = gemv_rows_per_tile<16>, k8 = gemv_rows_per_tile<8>, k4 = gemv_rows_per_tile<4>, k2 = gemv_rows_per_tile<2>;
+    for (auto k : {k16, k8, k4, k2}) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k16, 512, smem);
+    for (auto sh : shapes) {
+      const size_t bytes = sh.rows * sh.row_bytes;
+      for (int wk : {4, 8, 16}) {
+        const auto bw = [&](auto kern) {
+          const float ms = time_it([&] { kern<<<per_sm * sms, 512, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+          return bytes / ms / 1e6;
+        };
+        printf("| %6lld x %5lld B | %2d | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s |\n", (long long)sh.rows,
+               (long long)sh.row_bytes, wk, bw(k16), bw(k8), bw(k4), bw(k2));
+      }
+    }
+  }
   CK(cudaGetLastError());
   return 0;
 }

@@ -40,7 +40,7 @@ def assert_within_contract(y: torch.Tensor, a, b, out_dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES)
 @pytest.mark.parametrize("b_kind", ["fp4", "bfloat16", "float16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-# K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 16-row tile, K split over
+# K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 8-row tile, K split over
 # 1..8 warps); K = 32 the CUDA-core kernel. Shapes with many tiles per warp group:
 # test_many_tiles_per_group.
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ at::Tensor aligned_contiguous(const at::Tensor& t) {
   return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
 }
 
-// The tensor-core kernel needs whole 128-element segments, B's staged operands in shared memory
+// The tensor-core kernel needs K in whole 128-element ranges, B's staged operands in shared memory
 // (K <= kMmaMaxK), scale rows aligned for its 8- or 4-byte copies and a batch count that fits
 // grid.y.
 constexpr int64_t kMmaMaxK = 32768;
@@ -54,15 +54,15 @@ template <class Format, typename BT>
 bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   using Layout = MmaGemvLayout<Format, BT>;
   const int64_t batches = args.rows / args.m;
-  if (args.k % kSegmentElems != 0 || args.k > kMmaMaxK || batches > 65535 ||
-      !is_aligned(args.a_scales, Layout::kBlocksPerSegment)) {
+  if (args.k % kRangeElems != 0 || args.k > kMmaMaxK || batches > 65535 ||
+      !is_aligned(args.a_scales, Layout::kBlocksPerRange)) {
     return false;
   }
-  const int64_t segments = args.k / kSegmentElems;
-  // Each warp streams at least ~4 segments of a tile (enough to keep the prefetch ring full); up to
-  // 8 warps share K within the 16-row tile, taking its segments in turn. warps_k depends on K only:
-  // it fixes the summation order, so results do not depend on the GPU or on M and L.
-  const int warps_k = static_cast<int>(std::clamp<int64_t>(segments / 4, 1, kMmaMaxWarps));
+  const int64_t segments = (args.k + kSegmentElems - 1) / kSegmentElems;
+  // Each warp streams at least ~2 segments (512 elements) of a tile; up to 8 warps share K within
+  // the tile, taking its segments in turn. warps_k depends on K only: it fixes the summation order,
+  // so results do not depend on the GPU or on M and L.
+  const int warps_k = static_cast<int>(std::clamp<int64_t>(args.k / (2 * kSegmentElems), 1, kMmaMaxWarps));
   const int warps = kMmaMaxWarpsPerCta / warps_k * warps_k;
   const size_t smem = Layout::smem_bytes(segments, warps);
   const int64_t tiles = (args.m + kMmaTileRows - 1) / kMmaTileRows;

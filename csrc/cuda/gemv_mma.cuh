@@ -7,16 +7,20 @@
 // multiply-adds. FP4 B is widened to fp16 like A: sm_90 has no E4M3 mma.sync in hardware (ptxas
 // lowers it to conversions plus fp16 HMMAs), so that detour bought nothing.
 //
-// Layout. Each 16-row MMA tile is reduced by a group of warps_k warps (warps_k depends on K only,
-// so the summation order, and the result, does not depend on the GPU); the warps of a group take
-// the tile's K segments of 128 elements in turn. Per segment, lane (g, t) (g = lane / 4,
-// t = lane % 4) loads 16 bytes of row g and of row g + 8: the row's elements [32t, 32t + 32), i.e.
-// whole scale blocks. An MMA sums over the k-slots of all four lanes t, so it mixes four different
-// scale blocks. B's eight columns keep them apart: column n of the B operand holds B's values only
-// in the k-slots of the lane whose blocks belong to column n (zeros elsewhere), so D[row, n] is the
-// exact partial sum of one scale block:
-//   NVFP4 (block 16): lane t's first block -> column 2t, its second -> column 2t + 1;
-//   MXFP4 (block 32): lane t's block -> column t (columns 4..7 stay zero).
+// Layout. A tile is 8 rows of A; each is reduced by a group of warps_k warps (warps_k depends on K
+// only, so the summation order, and the result, does not depend on the GPU); the warps of a group
+// take the tile's K segments of 256 elements (128 bytes per row) in turn. A segment is two ranges
+// of 128 elements. Per segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g
+// in each range: elements [32t, 32t + 32) of range 0 feed MMA row g, those of range 1 MMA row
+// g + 8. Why 8 rows and not 16 rows of one range: reading 8 rows x 128 bytes per warp step streams
+// ~5% faster than 16 rows x 64 bytes (benchmarks/gemv_read_probe.cu: fewer DRAM rows open at once).
+// An MMA sums over the k-slots of all four lanes t, so it mixes four lanes' elements and two
+// ranges. B's eight columns keep them apart: column n < 4 holds range 0's B values only in the
+// k-slots of lane n, column 4 + n range 1's in lane n's (zeros elsewhere), so D[r, n] with r and n
+// in the same range is the exact sum over one lane's elements of that range (the other half of D
+// is discarded). Lane t's 32 elements are one MXFP4 block or two NVFP4 blocks; for NVFP4 the
+// MMAs of the first block (words 0-1) and the second (words 2-3) accumulate into separate D
+// fragments, so every kept D element is one scale block's partial sum.
 // Schedule. The grid is sized to be resident at once (CTAs of up to 16 warps, blockIdx.y the batch
 // index) and every group streams an even, contiguous share of its batch's tiles: the per-warp
 // cp.async ring runs on across tile boundaries, so a warp's loads stay in flight from its first
@@ -24,12 +28,13 @@
 // per CTA: +2-4 points of copy bandwidth at (4096, 7168, 8) and for bf16 B at 2^28 weights, no
 // change on the short seed shape (7168, 2048, 4), which is bound by instruction issue instead
 // (docs/performance.md).
-// B never changes within a CTA, so the CTA's warps stage the B operand registers once, in shared
-// memory, in exactly the order the lanes read them (plus a zero run per warp for lanes whose
-// column is not the active one). After each segment the four partials a lane holds are scaled in
-// fp32 (block scale times B's block scale, NaN propagating) and added to two per-row sums; at the
-// end of a tile the lanes and the group's warps combine them in a fixed order, so results are
-// bitwise reproducible.
+// B never changes within a CTA, so the CTA's threads stage the B operand registers once, in shared
+// memory, in exactly the order the lanes read them (plus a zero run for lanes whose column is not
+// the active one). After each segment the four partials a lane holds are scaled in fp32 (block
+// scale times B's block scale, NaN propagating) and added to its row's sum; at the end of a tile
+// the lanes and the group's warps combine them in a fixed order, so results are bitwise
+// reproducible. K % 256 == 128: the last segment's range 1 re-reads range 0's bytes against B
+// values of zero, so it adds exact zeros (or the NaN range 0 already has).
 #pragma once
 
 #include <cstdint>
@@ -42,8 +47,9 @@
 
 namespace fp4ops::cuda {
 
-constexpr int kMmaTileRows = 16;
-constexpr int kSegmentElems = 128;  // per row and warp step: 4 lanes x 32 elements
+constexpr int kMmaTileRows = 8;
+constexpr int kRangeElems = 128;                  // per row: 4 lanes x 32 elements; K's granularity
+constexpr int kSegmentElems = 2 * kRangeElems;    // per row and warp step
 constexpr int kMmaMaxWarps = 8;          // per tile (warps_k)
 constexpr int kMmaMaxWarpsPerCta = 16;   // groups of warps_k warps, sharing B's staged operands
 constexpr int kMmaStages = 4;  // A ring depth per warp: 3 segments (3 KB) in flight
@@ -52,29 +58,36 @@ template <class Format, typename BT>
 struct MmaGemvLayout {
   static constexpr bool kFp4B = std::is_same_v<BT, uint8_t>;
   static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  static constexpr int kBlocksPerSegment = kSegmentElems / Format::kBlock;  // 8 or 4
+  static constexpr int kBlocksPerRange = kRangeElems / Format::kBlock;  // 8 or 4
+  static constexpr int kBlocksPerSegment = 2 * kBlocksPerRange;
   // The MMA's element type: FP4 B is widened to fp16 like A (E2M1 values are exact in fp16).
   using MmaT = std::conditional_t<kFp4B, __half, BT>;
-  // One slot = the B operand registers for one lane t's 32 elements: 16 fp16/bf16 pairs. Four
-  // slots per segment.
+  // One slot = the B operand registers for one lane's 32 elements of one range: 16 fp16/bf16
+  // pairs. Slots follow B's element order: [segment][range][t].
   static constexpr int kSlotBytes = 64;
-  // One A stage = one segment of the tile: 16 rows x 64 bytes of codes, then 16 rows of scales.
-  static constexpr int kStageCodeBytes = kMmaTileRows * kSegmentElems / 2;
-  static constexpr int kStageBytes = kStageCodeBytes + kMmaTileRows * kBlocksPerSegment;
+  static constexpr int kSlotsPerSegment = kSegmentElems / 32;
+  // One A stage = one segment of the tile: per range, 8 rows x 64 bytes of codes; then per range,
+  // 8 rows of scales. Stage positions are "rows" 0..15: row g of range 0 is position g, of range 1
+  // position g + 8 (the MMA row it feeds).
+  static constexpr int kStageCodeBytes = 2 * kMmaTileRows * kRangeElems / 2;
+  static constexpr int kStageBytes = kStageCodeBytes + 2 * kMmaTileRows * kBlocksPerRange;
   // Power of two the decoded operands carry (A's and, for FP4 B, B's): undone in fp32.
   static constexpr int kDecodeExponent = (kFp4B ? 2 : 1) * DenseOperand<MmaT>::kDecodeExponent;
+  // Zero run that inactive lanes read as their B operand: 64 bytes, at 32 mod 128 from the slots so
+  // it shares no bank with the active lanes' slots in one 16-byte load.
+  static constexpr int kZeroRunBytes = 128;
 
-  // Shared memory, in order: per warp an A ring of kMmaStages stages; B slots [segment][t]; FP4
-  // B's block scales [segment][block] (fp32 bits or E8M0 codes); per warp a zero run of half a
-  // slot; per warp two sets (by tile parity) of 16 row partials.
+  // Shared memory, in order: per warp an A ring of kMmaStages stages; B slots; FP4 B's block
+  // scales [segment][block] (fp32 bits or E8M0 codes); the zero run; per warp two sets (by tile
+  // parity) of 8 row partials.
   static constexpr size_t ring_bytes(int warps) { return static_cast<size_t>(warps) * kMmaStages * kStageBytes; }
-  static constexpr size_t slots_bytes(int64_t segments) { return static_cast<size_t>(segments) * 4 * kSlotBytes; }
+  static constexpr size_t slots_bytes(int64_t segments) { return static_cast<size_t>(segments) * kSlotsPerSegment * kSlotBytes; }
   static constexpr size_t scales_bytes(int64_t segments) {
     return kFp4B ? static_cast<size_t>(segments) * kBlocksPerSegment * sizeof(uint32_t) : 0;
   }
-  static constexpr size_t per_warp_tail_bytes() { return kSlotBytes / 2 + 2 * kMmaTileRows * sizeof(float); }
   static constexpr size_t smem_bytes(int64_t segments, int warps) {
-    return ring_bytes(warps) + slots_bytes(segments) + scales_bytes(segments) + warps * per_warp_tail_bytes();
+    return ring_bytes(warps) + slots_bytes(segments) + scales_bytes(segments) + kZeroRunBytes +
+           static_cast<size_t>(warps) * 2 * kMmaTileRows * sizeof(float);
   }
 };
 
@@ -124,17 +137,19 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&halves));
 }
 
-// Writes a warp's B slots (and FP4 B's block scales) for its `count` segments first,
-// first + stride, ...
+// Writes B's slots (and FP4 B's block scales) for `segments` segments of batch l, all the CTA's
+// threads taking 32-element chunks in turn; chunks and blocks past K are zeros.
 template <class Format, typename BT>
-__device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l, int first, int stride, int count,
-                                                 uint8_t* slots, uint32_t* b_scales, int lane) {
+__device__ __forceinline__ void stage_b(const GemvArgs& args, int64_t l, int segments, uint8_t* slots, uint32_t* b_scales) {
   using Layout = MmaGemvLayout<Format, BT>;
-  for (int task = lane; task < count * 4; task += 32) {
-    const int slot_index = (first + task / 4 * stride) * 4 + task % 4;  // segment * 4 + t
-    const int64_t element0 = static_cast<int64_t>(slot_index) * 32;      // segment * 128 + t * 32
-    uint4* slot = reinterpret_cast<uint4*>(slots + static_cast<int64_t>(slot_index) * Layout::kSlotBytes);
-    if constexpr (Layout::kFp4B) {
+  const int chunks = segments * Layout::kSlotsPerSegment;
+  for (int chunk = threadIdx.x; chunk < chunks; chunk += blockDim.x) {
+    const int64_t element0 = static_cast<int64_t>(chunk) * 32;
+    uint4* slot = reinterpret_cast<uint4*>(slots + static_cast<int64_t>(chunk) * Layout::kSlotBytes);
+    if (element0 >= args.k) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) slot[j] = make_uint4(0u, 0u, 0u, 0u);
+    } else if constexpr (Layout::kFp4B) {
       // B's codes through A's own decoder: the same registers, the same power of two.
       const uint4 codes = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(args.b) + l * args.k / 2 + element0 / 2));
       const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
@@ -162,11 +177,12 @@ __device__ __forceinline__ void stage_b_segments(const GemvArgs& args, int64_t l
     }
   }
   if constexpr (Layout::kFp4B) {
-    constexpr int kBlocks = Layout::kBlocksPerSegment;
-    const uint8_t* sb = args.b_scales + l * (args.k / Format::kBlock);
-    for (int task = lane; task < count * kBlocks; task += 32) {
-      const int i = (first + task / kBlocks * stride) * kBlocks + task % kBlocks;
-      if constexpr (Layout::kNvfp4) {
+    const int64_t k_blocks = args.k / Format::kBlock;
+    const uint8_t* sb = args.b_scales + l * k_blocks;
+    for (int i = threadIdx.x; i < segments * Layout::kBlocksPerSegment; i += blockDim.x) {
+      if (i >= k_blocks) {
+        b_scales[i] = 0u;  // +0.0f, or the E8M0 code 0 (2^-127): finite, against B values of zero
+      } else if constexpr (Layout::kNvfp4) {
         // fp32 bits of the E4M3 scale times 2^-kDecodeExponent, which undoes both operands'
         // decode factors (exact: at most 448 * 2^12).
         b_scales[i] = float_to_bits(mul_rn(e4m3_decode(__ldg(sb + i)), exp2_int(-Layout::kDecodeExponent)));
@@ -204,7 +220,7 @@ template <class Format, typename BT, typename OutT>
 __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, MmaSchedule schedule) {
   using Layout = MmaGemvLayout<Format, BT>;
-  constexpr int kBlocks = Layout::kBlocksPerSegment;
+  constexpr int kRangeBlocks = Layout::kBlocksPerRange, kSegmentBlocks = Layout::kBlocksPerSegment;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -213,10 +229,12 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
   const int group = warp / warps_k, kw = warp % warps_k;  // this warp's group and turn along K
   const int g = lane / 4, t = lane % 4;
   const int64_t l = blockIdx.y;
-  const int segments = static_cast<int>(args.k / kSegmentElems);
+  const int segments = static_cast<int>((args.k + kSegmentElems - 1) / kSegmentElems);
   // Warp kw takes segments kw, kw + warps_k, ... of each tile: at any moment a group's warps read
   // adjacent segments of each row, i.e. contiguous runs of DRAM, and adjacent scale bytes.
   const int count = (segments - kw + warps_k - 1) / warps_k;
+  // K % 256 == 128: the turn at which this warp reads the last segment, whose range 1 is past K.
+  const int half_turn = args.k % kSegmentElems != 0 && kw == (segments - 1) % warps_k ? count - 1 : -1;
 
   // This group's tiles of batch l: an even, contiguous share.
   const int64_t group_index = static_cast<int64_t>(blockIdx.x) * groups + group;
@@ -227,9 +245,8 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
   uint8_t* ring = smem + static_cast<size_t>(warp) * kMmaStages * Layout::kStageBytes;
   uint8_t* slots = smem + Layout::ring_bytes(warps);
   uint32_t* b_scales = reinterpret_cast<uint32_t*>(slots + Layout::slots_bytes(segments));
-  uint8_t* zero_runs = slots + Layout::slots_bytes(segments) + Layout::scales_bytes(segments);
-  uint8_t* zeros = zero_runs + warp * (Layout::kSlotBytes / 2);
-  float* row_partials = reinterpret_cast<float*>(zero_runs + warps * (Layout::kSlotBytes / 2));  // [warp][2][16]
+  uint8_t* zero_region = slots + Layout::slots_bytes(segments) + Layout::scales_bytes(segments);
+  float* row_partials = reinterpret_cast<float*>(zero_region + Layout::kZeroRunBytes);  // [warp][2][8]
 
   // Rows past M (last tile of a batch) read row M - 1 and are never stored.
   const int64_t last_row = args.m - 1, k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
@@ -238,34 +255,38 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     return l * args.m + (row < last_row ? row : last_row);
   };
 
-  // Segment i of this warp -> stage i % kMmaStages: lane (g, t) copies its own 16 bytes of rows g
-  // and g + 8; lanes 0..15 copy one row's scale bytes each. One commit group per segment (empty
-  // past the end, so the wait count below stays uniform). The sources advance by one turn per
-  // segment and jump to the next tile's rows after the tile's last one; the destination offset
-  // cycles through the ring.
-  const uint8_t *next_g, *next_g8, *next_scales;
+  // Segment i of this warp -> stage i % kMmaStages: lane (g, t) copies its 16 bytes of row g in
+  // each range; lanes 0..15 copy the scale bytes of one row's range each (stage position = lane).
+  // One commit group per segment (empty past the end, so the wait count below stays uniform). The
+  // sources advance by one turn per segment and jump to the next tile's rows after the tile's last
+  // one; the destination offset cycles through the ring.
+  const int scale_row = lane % kMmaTileRows, scale_range = lane / kMmaTileRows % 2;
+  const uint8_t *next_codes, *next_scales;
   const auto point_at_tile = [&](int64_t tile) {
-    next_g = args.a_data + row_address(tile, g) * k_bytes + 16 * t + kw * 64;
-    next_g8 = args.a_data + row_address(tile, g + 8) * k_bytes + 16 * t + kw * 64;
-    next_scales = args.a_scales + row_address(tile, lane % kMmaTileRows) * k_blocks + kw * kBlocks;
+    next_codes = args.a_data + row_address(tile, g) * k_bytes + 16 * t + kw * (kSegmentElems / 2);
+    next_scales = args.a_scales + row_address(tile, scale_row) * k_blocks + kw * kSegmentBlocks + scale_range * kRangeBlocks;
   };
   point_at_tile(tile_begin);
-  const uint32_t ring_codes = shared_address(ring) + g * 64 + 16 * t;  // this lane's 16 bytes of row g
-  const uint32_t ring_scales = shared_address(ring) + Layout::kStageCodeBytes + lane * kBlocks;
-  const int64_t code_step = 64 * warps_k, scale_step = kBlocks * warps_k;
+  const uint32_t ring_codes = shared_address(ring) + g * 64 + 16 * t;  // range 0; range 1 is 8 * 64 on
+  const uint32_t ring_scales = shared_address(ring) + Layout::kStageCodeBytes + lane * kRangeBlocks;
+  const int64_t code_step = kSegmentElems / 2 * warps_k, scale_step = kSegmentBlocks * warps_k;
   uint32_t issue_offset = 0;  // (issued % kMmaStages) * kStageBytes
   int issued = 0, issue_turn = 0;
   int64_t issue_tile = tile_begin;
   const auto issue = [&]() {
     if (issued < units) {
-      cp_async_16_streaming(ring_codes + issue_offset, next_g);
-      cp_async_16_streaming(ring_codes + issue_offset + 8 * 64, next_g8);
-      if (lane < kMmaTileRows) cp_async_small<kBlocks>(ring_scales + issue_offset, next_scales);
+      // In the half segment range 1 re-reads range 0 (B is zero there): never past the row.
+      const bool half = issue_turn == half_turn;
+      cp_async_16_streaming(ring_codes + issue_offset, next_codes);
+      cp_async_16_streaming(ring_codes + issue_offset + 8 * 64, next_codes + (half ? 0 : kRangeElems / 2));
+      if (lane < 2 * kMmaTileRows) {
+        cp_async_small<kRangeBlocks>(ring_scales + issue_offset, next_scales - (half ? scale_range * kRangeBlocks : 0));
+      }
       if (++issue_turn == count) {
         issue_turn = 0;
         point_at_tile(++issue_tile);
       } else {
-        next_g += code_step, next_g8 += code_step, next_scales += scale_step;
+        next_codes += code_step, next_scales += scale_step;
       }
     }
     cp_async_commit();
@@ -275,81 +296,85 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
 #pragma unroll
   for (int i = 0; i < kMmaStages - 1; ++i) issue();
 
-  // B's operands are staged by all the CTA's warps while the first A segments are on their way.
-  stage_b_segments<Format, BT>(args, l, warp, warps, (segments - warp + warps - 1) / warps, slots, b_scales, lane);
-  if (lane < Layout::kSlotBytes / 16) reinterpret_cast<uint2*>(zeros)[lane] = make_uint2(0u, 0u);
+  // B's operands are staged by all the CTA's threads while the first A segments are on their way.
+  stage_b<Format, BT>(args, l, segments, slots, b_scales);
+  if (threadIdx.x < Layout::kZeroRunBytes / 16) reinterpret_cast<uint4*>(zero_region)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
 
-  // The lane's D columns are 2t and 2t + 1, i.e. blocks 2t, 2t + 1 of the segment; for MXFP4 only
-  // lanes t < 2 have real ones (the others read in-bounds bytes and skip the epilogue).
-  const bool has_columns = Layout::kNvfp4 || t < 2;
-  const int scale_offset = has_columns ? 2 * t : 0;
-  // The B column lane (g, t) supplies is g; it is live for lane t's first half-segment (words 0-1)
-  // or second (words 2-3) when g is that half's column.
-  const bool live_half0 = Layout::kNvfp4 ? g == 2 * t : g == t;
-  const bool live_half1 = Layout::kNvfp4 ? g == 2 * t + 1 : g == t;
+  // Lane (g, t) supplies B column g: range g / 4's values for lane g % 4's k-slots, i.e. its own
+  // slot when g % 4 == t and zeros otherwise. The zeros sit 32 bytes off the slots' 64-byte grid.
+  const uint32_t slots_address = shared_address(slots), zero_address = shared_address(zero_region);
+  const uint32_t zeros = zero_address + ((slots_address + 32 - zero_address) & 63u);
+  const bool live = g % 4 == t;
+  const uint32_t b_first = live ? slots_address + (kw * Layout::kSlotsPerSegment + g / 4 * 4 + t) * Layout::kSlotBytes : zeros;
+  const uint32_t b_step = live ? warps_k * Layout::kSlotsPerSegment * Layout::kSlotBytes : 0;
+  // The D elements lane (g, t) keeps: columns 2t, 2t + 1 of row g (range 0, lanes t < 2) or of row
+  // g + 8 (range 1, lanes t >= 2): the segment's blocks [4t, 4t + 4) (NVFP4) or [2t, 2t + 2).
+  constexpr int kPartials = kSegmentBlocks / 4;
+  const bool upper = t >= 2;
+  const uint32_t scale_offset = Layout::kStageCodeBytes + (g + 8 * (t / 2)) * kRangeBlocks + t % 2 * (kRangeBlocks / 2);
+  const uint32_t b_scales_first = shared_address(b_scales) + (kw * kSegmentBlocks + t * kPartials) * sizeof(uint32_t);
+  const uint32_t b_scales_step = warps_k * kSegmentBlocks * sizeof(uint32_t);
+  uint32_t b_operand = b_first, b_scale = b_scales_first;
 
-  // Shared addresses the loop advances: B's half-slots for this lane (or its zero run, which does
-  // not advance) and FP4 B's block scales, per segment by one turn (warps_k segments).
-  const uint32_t slot0 = shared_address(slots) + (kw * 4 + t) * Layout::kSlotBytes;
-  const uint32_t slot_step = warps_k * 4 * Layout::kSlotBytes, zeros_address = shared_address(zeros);
-  const uint32_t b_half0_first = live_half0 ? slot0 : zeros_address, b_half0_step = live_half0 ? slot_step : 0;
-  const uint32_t b_half1_first = live_half1 ? slot0 + Layout::kSlotBytes / 2 : zeros_address;
-  const uint32_t b_half1_step = live_half1 ? slot_step : 0;
-  const uint32_t b_scales_first = shared_address(b_scales) + (kw * kBlocks + 2 * t) * sizeof(uint32_t);
-  const uint32_t b_scales_step = warps_k * kBlocks * sizeof(uint32_t);
-  uint32_t b_half0 = b_half0_first, b_half1 = b_half1_first, b_scale = b_scales_first;
-
-  float acc_g = 0.0f, acc_g8 = 0.0f;
+  float acc = 0.0f;
   const uint32_t ring_base = shared_address(ring);
   const auto process_segment = [&](uint32_t stage_offset) {
-    const uint32_t codes = ring_codes + stage_offset;  // row g; row g + 8 is 8 * 64 bytes on
-    const uint4 row_g = lds_128(codes), row_g8 = lds_128(codes + 8 * 64);
-    const uint32_t words_g[4] = {row_g.x, row_g.y, row_g.z, row_g.w};
-    const uint32_t words_g8[4] = {row_g8.x, row_g8.y, row_g8.z, row_g8.w};
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t codes = ring_codes + stage_offset;
+    const uint4 range0 = lds_128(codes), range1 = lds_128(codes + 8 * 64);
+    const uint32_t words0[4] = {range0.x, range0.y, range0.z, range0.w};
+    const uint32_t words1[4] = {range1.x, range1.y, range1.z, range1.w};
+    // NVFP4: d[0] sums each lane's first block (words 0-1), d[1] its second (words 2-3).
+    float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       using MmaT = typename Layout::MmaT;
-      const uint4 bw = lds_128((j < 2 ? b_half0 : b_half1) + (j % 2) * (Layout::kSlotBytes / 4));
-      const Regs4 x = DenseOperand<MmaT>::decode(words_g[j]), y = DenseOperand<MmaT>::decode(words_g8[j]);
-      mma_m16n8k16<MmaT>(d, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
-      mma_m16n8k16<MmaT>(d, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
+      const uint4 bw = lds_128(b_operand + j * 16);
+      const Regs4 x = DenseOperand<MmaT>::decode(words0[j]), y = DenseOperand<MmaT>::decode(words1[j]);
+      float(&dj)[4] = d[Layout::kNvfp4 ? j / 2 : 0];
+      mma_m16n8k16<MmaT>(dj, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
+      mma_m16n8k16<MmaT>(dj, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
     }
-    if (!has_columns) return;
-    // d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}: blocks 2t and 2t + 1 of rows g, g + 8.
-    const uint32_t stage_scales = ring_base + stage_offset + Layout::kStageCodeBytes + scale_offset;
-    const uint32_t scales_g = lds_u16(stage_scales + g * kBlocks);
-    const uint32_t scales_g8 = lds_u16(stage_scales + (g + 8) * kBlocks);
-    float sa[4];
-    const uint32_t sa_codes[4] = {scales_g & 0xFFu, scales_g >> 8, scales_g8 & 0xFFu, scales_g8 >> 8};
+    // dk[i] = the partial sum of block kPartials * t + i; sa_codes its scale code.
+    const auto kept = [&](int fragment, int column) { return upper ? d[fragment][2 + column] : d[fragment][column]; };
+    float dk[kPartials], sa[kPartials];
+    uint32_t sa_codes[kPartials];
+    const uint32_t stage_scales = ring_base + stage_offset + scale_offset;
     if constexpr (Layout::kNvfp4) {
-      const float2 s_g = e4m3x2_to_float2(scales_g), s_g8 = e4m3x2_to_float2(scales_g8);
-      sa[0] = s_g.x, sa[1] = s_g.y, sa[2] = s_g8.x, sa[3] = s_g8.y;
-    } else if constexpr (!Layout::kFp4B) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) sa[i] = e8m0_decode(sa_codes[i]);
+      dk[0] = kept(0, 0), dk[1] = kept(1, 0), dk[2] = kept(0, 1), dk[3] = kept(1, 1);
+      const uint32_t scales = lds_u32(stage_scales);
+      const float2 s01 = e4m3x2_to_float2(scales & 0xFFFFu), s23 = e4m3x2_to_float2(scales >> 16);
+      sa[0] = s01.x, sa[1] = s01.y, sa[2] = s23.x, sa[3] = s23.y;
+    } else {
+      dk[0] = kept(0, 0), dk[1] = kept(0, 1);
+      const uint32_t scales = lds_u16(stage_scales);
+      sa_codes[0] = scales & 0xFFu, sa_codes[1] = scales >> 8;
+      if constexpr (!Layout::kFp4B) sa[0] = e8m0_decode(sa_codes[0]), sa[1] = e8m0_decode(sa_codes[1]);
+    }
+    // B's block scales for FP4 B: fp32 bits times 2^-kDecodeExponent, or E8M0 codes.
+    uint32_t sb[kPartials];
+    if constexpr (Layout::kFp4B && Layout::kNvfp4) {
+      const uint4 v = lds_128(b_scale);
+      sb[0] = v.x, sb[1] = v.y, sb[2] = v.z, sb[3] = v.w;
+    } else if constexpr (Layout::kFp4B) {
+      sb[0] = lds_u32(b_scale), sb[1] = lds_u32(b_scale + sizeof(uint32_t));
     }
     // Undo the operands' power of two (exact: D and the NVFP4 scales are far from the fp32 limits).
     const auto undo = [](float v) { return Layout::kDecodeExponent == 0 ? v : mul_rn(v, exp2_int(-Layout::kDecodeExponent)); };
-    float partial[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (Layout::kFp4B) {
-        const uint32_t sb = lds_u32(b_scale + (i % 2) * sizeof(uint32_t));  // B's block 2t + i % 2
-        if constexpr (Layout::kNvfp4) {
-          partial[i] = mul_rn(mul_rn(d[i], sa[i]), bits_to_float(sb));  // sb * 2^-kDecodeExponent
-        } else {
-          partial[i] = scale_by_e8m0_pair(d[i], sa_codes[i], sb, -Layout::kDecodeExponent);
-        }
+    for (int i = 0; i < kPartials; ++i) {
+      float partial;
+      if constexpr (Layout::kFp4B && Layout::kNvfp4) {
+        partial = mul_rn(mul_rn(dk[i], sa[i]), bits_to_float(sb[i]));
+      } else if constexpr (Layout::kFp4B) {
+        partial = scale_by_e8m0_pair(dk[i], sa_codes[i], sb[i], -Layout::kDecodeExponent);
       } else if constexpr (Layout::kNvfp4) {
-        partial[i] = mul_rn(d[i], undo(sa[i]));  // sa * 2^14 <= 448 * 2^14
+        partial = mul_rn(dk[i], undo(sa[i]));  // sa * 2^14 <= 448 * 2^14
       } else {
-        partial[i] = mul_rn(undo(d[i]), sa[i]);
+        partial = mul_rn(undo(dk[i]), sa[i]);
       }
+      acc = __fadd_rn(acc, partial);
     }
-    acc_g = __fadd_rn(__fadd_rn(acc_g, partial[0]), partial[1]);
-    acc_g8 = __fadd_rn(__fadd_rn(acc_g8, partial[2]), partial[3]);
   };
 
   // The global scales, read once (a missing one is 1: multiplying by it is exact).
@@ -359,22 +384,19 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     if (row >= args.m) return;
     out[l * args.m + row] = from_float<OutT>(mul_rn(mul_rn(y, a_global), b_global));
   };
-  // End of a tile: lanes t of a quad hold the same rows' sums over different blocks: a fixed
+  // End of a tile: the lanes t of a quad hold row g's sums over different blocks: a fixed
   // butterfly, then one partial per warp and row, summed over the group's warps in order (the
   // partials alternate between two buffers by tile parity, so one barrier per tile suffices:
   // a buffer is rewritten only after the next tile's barrier, which its reader has passed).
   const auto finish_tile = [&](int64_t tile, int parity) {
 #pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-      acc_g = __fadd_rn(acc_g, __shfl_xor_sync(0xFFFFFFFFu, acc_g, offset));
-      acc_g8 = __fadd_rn(acc_g8, __shfl_xor_sync(0xFFFFFFFFu, acc_g8, offset));
-    }
+    for (int offset = 1; offset < 4; offset *= 2) acc = __fadd_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, offset));
     const int64_t row0 = tile * kMmaTileRows;
     if (warps_k == 1) {
-      if (t == 0) store_row(row0 + g, acc_g), store_row(row0 + g + 8, acc_g8);
+      if (t == 0) store_row(row0 + g, acc);
     } else {
       float* mine = row_partials + (warp * 2 + parity) * kMmaTileRows;
-      if (t == 0) mine[g] = acc_g, mine[g + 8] = acc_g8;
+      if (t == 0) mine[g] = acc;
       group_barrier(1 + group, warps_k * 32);
       if (kw == 0 && lane < kMmaTileRows) {
         float y = mine[lane];
@@ -382,7 +404,7 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
         store_row(row0 + lane, y);
       }
     }
-    acc_g = 0.0f, acc_g8 = 0.0f;
+    acc = 0.0f;
   };
 
   int turn = 0, parity = 0;
@@ -394,11 +416,11 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     issue();  // segment i + kMmaStages - 1
     process_segment(stage_offset);
     stage_offset = next_stage_offset<Layout::kStageBytes>(stage_offset);
-    b_half0 += b_half0_step, b_half1 += b_half1_step, b_scale += b_scales_step;
+    b_operand += b_step, b_scale += b_scales_step;
     if (++turn == count) {
       finish_tile(tile++, parity);
       turn = 0, parity ^= 1;
-      b_half0 = b_half0_first, b_half1 = b_half1_first, b_scale = b_scales_first;
+      b_operand = b_first, b_scale = b_scales_first;
     }
   }
 }
