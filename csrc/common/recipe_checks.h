@@ -46,9 +46,8 @@ inline RecipeOptions check_recipe_args(const at::Tensor& x, bool rowwise, bool c
   if (block_2d) {
     TORCH_CHECK(x.dim() >= 2, "x: 16x16 block scaling needs at least 2 dimensions, got ", shape_str(x.sizes()));
   }
-  const auto seed_bits = static_cast<uint64_t>(seed.value_or(0));
   return {rowwise, columnwise, block_2d, static_cast<int32_t>(hadamard_signs), seed.has_value(),
-          seed_bits, static_cast<uint64_t>(offset), philox_keys(seed_bits),
+          static_cast<uint64_t>(offset), philox_keys(static_cast<uint64_t>(seed.value_or(0))),
           hadamard_sign_words(static_cast<int32_t>(hadamard_signs))};
 }
 

@@ -18,10 +18,11 @@ __global__ void cast_to_e2m1_kernel(const T* __restrict__ in, uint8_t* __restric
   if constexpr (kVectorized) {
     const int64_t num_vectors = numel / 8;
     for (int64_t i = first; i < num_vectors; i += stride) {
-      const Vec8<T> x = load_vec8_streaming(in + i * 8);
+      float v[8];
+      widen8<T>(load_vec8_streaming(in + i * 8), v);
       uint32_t word = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) word |= e2m1x2_encode(to_float(x.v[2 * j]), to_float(x.v[2 * j + 1])) << (8 * j);
+      for (int j = 0; j < 4; ++j) word |= e2m1x2_encode(v[2 * j], v[2 * j + 1]) << (8 * j);
       reinterpret_cast<uint32_t*>(out)[i] = word;
     }
     tail_begin = num_vectors * 4;

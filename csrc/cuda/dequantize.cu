@@ -31,11 +31,10 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
     const unsigned grid = grid_for(num_units, kThreads, /*max_steps=*/1);
     with_scale_index(swizzled, out.sizes(), out.size(-1) / Source::Format::kBlock, [&](auto scale_index) {
       using Index = decltype(scale_index);
-      if (is_aligned(in, 16 / sizeof(T) / 2)) {
-        dequantize_kernel<T, true, Source, Index><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, scale_index, values);
-      } else {
-        dequantize_kernel<T, false, Source, Index><<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, scale_index, values);
-      }
+      with_bool(is_aligned(in, 16 / sizeof(T) / 2), [&](auto aligned) {
+        dequantize_kernel<T, decltype(aligned)::value, Source, Index>
+            <<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, scale_index, values);
+      });
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -65,12 +65,28 @@ __device__ __forceinline__ Vec8<T> load_vec8(const T* __restrict__ x, int64_t gr
   }
 }
 
+// Eight elements widened to fp32 (exact), into v[0..7]. bf16 pairs by bit operations: the low
+// element shifted up, the high one masked in place (the compiler's own widening moved the high
+// half down and back up: 3 instructions per pair instead of 2, sm_90 SASS).
+template <typename T>
+__device__ __forceinline__ void widen8(const Vec8<T>& raw, float* v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = __uint_as_float(words[j] << 16);
+      v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = to_float(raw.v[j]);
+  }
+}
+
 // The same eight elements widened to fp32 (exact).
 template <typename T, bool kAligned>
 __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t group, float (&v)[8]) {
-  const Vec8<T> raw = load_vec8<T, kAligned>(x, group);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = to_float(raw.v[j]);
+  widen8<T>(load_vec8<T, kAligned>(x, group), v);
 }
 
 // The 32 bytes at x + 32 * chunk widened to fp32: 16 elements of bf16/fp16, 8 of fp32. Same
@@ -78,23 +94,12 @@ __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t gro
 template <typename T>
 constexpr int kElemsPer32Bytes = 32 / sizeof(T);
 
-// 32 loaded bytes (two 16-byte vectors) widened to fp32. bf16 pairs by bit operations: the low
-// element shifted up, the high one masked in place (the compiler's own widening moved the high
-// half down and back up: 3 instructions per pair instead of 2, 8 more per 16 elements, sm_90 SASS).
+// 32 loaded bytes (two 16-byte vectors) widened to fp32: one or two groups of eight (widen8).
 template <typename T>
 __device__ __forceinline__ void widen_chunk32(const uint4 (&raw)[2], float (&v)[kElemsPer32Bytes<T>]) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+  const Vec8<T>* groups = reinterpret_cast<const Vec8<T>*>(raw);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      v[2 * j] = __uint_as_float(words[j] << 16);
-      v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
-    }
-  } else {
-    const T* values = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int j = 0; j < kElemsPer32Bytes<T>; ++j) v[j] = to_float(values[j]);
-  }
+  for (int i = 0; i < kElemsPer32Bytes<T> / 8; ++i) widen8<T>(groups[i], v + 8 * i);
 }
 
 template <typename T, bool kAligned>

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace fp4ops::cuda {
@@ -26,6 +27,17 @@ void dispatch_float_type(at::ScalarType dtype, const char* name, Fn&& fn) {
     case at::kHalf: return fn(TypeTag<__half>{});
     case at::kBFloat16: return fn(TypeTag<__nv_bfloat16>{});
     default: TORCH_CHECK(false, name, ": expected float32, float16 or bfloat16, got ", dtype);
+  }
+}
+
+// Calls fn(std::bool_constant<flag>{}): a run-time flag becomes a template argument of the kernel
+// (one instance per value), e.g. with_bool(aligned, [&](auto a) { launch(kernel<decltype(a)::value>); }).
+template <typename Fn>
+void with_bool(bool flag, Fn&& fn) {
+  if (flag) {
+    fn(std::true_type{});
+  } else {
+    fn(std::false_type{});
   }
 }
 

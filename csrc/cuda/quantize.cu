@@ -32,11 +32,9 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
     const unsigned grid = grid_for(numel / 8 + 1, kThreads);
-    if (is_aligned(x, 16)) {
-      launch_dependent(amax_kernel<T, true>, grid, kThreads, stream, x, numel, out_bits);
-    } else {
-      launch_dependent(amax_kernel<T, false>, grid, kThreads, stream, x, numel, out_bits);
-    }
+    with_bool(is_aligned(x, 16), [&](auto aligned) {
+      launch_dependent(amax_kernel<T, decltype(aligned)::value>, grid, kThreads, stream, x, numel, out_bits);
+    });
   });
 }
 
@@ -56,11 +54,10 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
     const unsigned grid = grid_for(num_chunks, kThreads, kQuantizeMaxSteps);  // >= 1: block 0 also publishes g
     with_scale_index(swizzled, input.sizes(), cols, [&](auto scale_index) {
       using Index = decltype(scale_index);
-      if (is_aligned(x, 16)) {
-        quantize_kernel<T, true, Source, Index><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
-      } else {
-        quantize_kernel<T, false, Source, Index><<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
-      }
+      with_bool(is_aligned(x, 16), [&](auto aligned) {
+        quantize_kernel<T, decltype(aligned)::value, Source, Index>
+            <<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
+      });
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -77,11 +74,10 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
     const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
     with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
       using Index = decltype(scale_index);
-      if (is_aligned(x, 16)) {
-        quantize_nvfp4_single_block_kernel<T, true, Index><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales, scale_index);
-      } else {
-        quantize_nvfp4_single_block_kernel<T, false, Index><<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales, scale_index);
-      }
+      with_bool(is_aligned(x, 16), [&](auto aligned) {
+        quantize_nvfp4_single_block_kernel<T, decltype(aligned)::value, Index>
+            <<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales, scale_index);
+      });
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -59,11 +59,9 @@ void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const Reci
       launch_behind_zeroing<kAmaxOnly>(kernel, grid, kRecipeThreads, stream, x, tiles, opt, row_source, col_source,
                                        row_out, col_out, amax_bits);
     };
-    if (is_aligned(x, 16)) {
-      launch(recipe_kernel<T, true, kAmaxOnly, RowIndex, ColIndex>);
-    } else {
-      launch(recipe_kernel<T, false, kAmaxOnly, RowIndex, ColIndex>);
-    }
+    with_bool(is_aligned(x, 16), [&](auto aligned) {
+      launch(recipe_kernel<T, decltype(aligned)::value, kAmaxOnly, RowIndex, ColIndex>);
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -90,7 +88,7 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
         launch_behind_zeroing<kAmaxOnly>(kernel, grid, kRecipeThreads, stream, x, num_blocks, opt, source, out,
                                          amax_bits);
       };
-      const auto launch_rotation = [&](auto aligned) {
+      with_bool(is_aligned(x, 16), [&](auto aligned) {
         constexpr bool kAligned = decltype(aligned)::value;
         if (opt.hadamard_signs < 0) {
           launch(recipe_rowwise_kernel<T, kAligned, kAmaxOnly, Rotation::kNone, Index>);
@@ -99,12 +97,7 @@ void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, co
         } else {
           launch(recipe_rowwise_kernel<T, kAligned, kAmaxOnly, Rotation::kRuntimeSigns, Index>);
         }
-      };
-      if (is_aligned(x, 16)) {
-        launch_rotation(std::true_type{});
-      } else {
-        launch_rotation(std::false_type{});
-      }
+      });
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -135,13 +128,11 @@ void launch_recipe_rowwise_2d(const at::Tensor& input, const RecipeGeometry& geo
       const auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, sms * per_sm)));
       kernel<<<grid, kStripThreads, 0, stream>>>(x, units, opt, source, out);
     };
-    if (is_aligned(x, 16)) {
-      opt.stochastic ? launch(recipe_rowwise_2d_kernel<T, true, true, Index>)
-                     : launch(recipe_rowwise_2d_kernel<T, true, false, Index>);
-    } else {
-      opt.stochastic ? launch(recipe_rowwise_2d_kernel<T, false, true, Index>)
-                     : launch(recipe_rowwise_2d_kernel<T, false, false, Index>);
-    }
+    with_bool(is_aligned(x, 16), [&](auto aligned) {
+      with_bool(opt.stochastic, [&](auto stochastic) {
+        launch(recipe_rowwise_2d_kernel<T, decltype(aligned)::value, decltype(stochastic)::value, Index>);
+      });
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -292,8 +292,8 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
   for (uint32_t u = blockIdx.x; u < units.count; u += gridDim.x, buffer ^= 1) {
     float v[16] = {};
     if (block.valid) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = to_float(raw[i / 8].v[i % 8]);
+      widen8<T>(raw[0], v);
+      widen8<T>(raw[1], v + 8);
     }
     const StripBlock next = strip_block(units, u + gridDim.x, row, lane);
     if (next.valid) {
