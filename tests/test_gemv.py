@@ -40,12 +40,13 @@ def assert_within_contract(y: torch.Tensor, a, b, out_dtype: torch.dtype) -> Non
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES)
 @pytest.mark.parametrize("b_kind", ["fp4", "bfloat16", "float16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-# K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 8-row tile, K split over
-# 1..8 warps); K = 32 the CUDA-core kernel. Shapes with many tiles per warp group:
-# test_many_tiles_per_group.
+# K % 128 == 0 takes the CUDA tensor-core kernel (M not a multiple of its 8-row tile; K = 128,
+# 16384 + 128: a last segment of half length; small M with K >= 4096 splits a tile over 2-8 warps);
+# K = 32 the CUDA-core kernel. Shapes with many tiles per warp group: test_many_tiles_per_group.
 @pytest.mark.parametrize(
     "shape",
-    [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048), (2, 33, 4096), (1, 16, 128), (17, 1024, 256)],
+    [(3, 40, 256), (1, 7, 32), (64, 1024), (2, 5, 2048), (2, 33, 4096), (1, 16, 128), (17, 1024, 256),
+     (2, 9, 16384 + 128)],
 )
 def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
     a, b = operands(fmt, b_kind, shape, device)
@@ -142,11 +143,13 @@ def test_tiny_bf16_b_with_large_scales(device, fmt):
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA GEMV kernel")
 @pytest.mark.parametrize("b_kind", ["fp4", "bfloat16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-# Enough 16-row tiles that every warp group of the tensor-core kernel streams several of them
-# (its grid is one resident wave: ~264-528 groups per batch on an H100), K split over 8, 2 and 1
-# warps. Checked on a sample of rows (every 13th and the last 40, so both ends of every group's
-# share are among them for some groups) against the float64 reference on the CPU.
-@pytest.mark.parametrize("shape", [(2, 9000, 4096), (1, 40000, 1024), (1, 150000, 256)])
+# Enough 8-row tiles that every warp group of the tensor-core kernel streams several of them (its
+# grid is one resident wave of up to 16 groups per CTA), a tile split over 1, 4 and 8 warps. Checked on a
+# sample of rows (every 13th and the last 40, so both ends of every group's share are among them
+# for some groups) against the float64 reference on the CPU.
+@pytest.mark.parametrize(
+    "shape", [(2, 9000, 4096), (1, 40000, 1024), (1, 150000, 256), (1, 5000, 16384 + 128), (1, 3000, 32768)]
+)
 def test_many_tiles_per_group(shape, fmt, b_kind):
     a, b = operands(fmt, b_kind, shape, "cuda")
     y = fp4ops.gemv(a, b, out_dtype=torch.float32).cpu()
@@ -158,6 +161,23 @@ def test_many_tiles_per_group(shape, fmt, b_kind):
     else:
         a_rows = fp4ops.MXFP4Tensor(a_rows.data[..., rows, :], a_rows.scales[..., rows, :])
     assert_within_contract(y[..., rows], a_rows, to_cpu(b), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("b_kind", ["fp4", "bfloat16"])
+@pytest.mark.parametrize("shape", [(4, 300, 4096), (3, 50, 16384 + 128), (2, 9000, 2048)])
+def test_batch_invariant(shape, b_kind, device):
+    """Batch l of an L-batch call is bitwise what a call with that batch alone gives: the kernel's
+    summation order depends on M and K only."""
+    a, b = operands("nvfp4", b_kind, shape, device)
+    y = fp4ops.gemv(a, b)
+    for l in range(shape[0]):
+        a_l = fp4ops.NVFP4Tensor(a.data[l : l + 1], a.scales[l : l + 1], a.global_scale)
+        if b_kind == "fp4":
+            b_l = fp4ops.NVFP4Tensor(b.data[l : l + 1], b.scales[l : l + 1], b.global_scale)
+        else:
+            b_l = b[l : l + 1]
+        assert torch.equal(fp4ops.gemv(a_l, b_l).view(torch.int16), y[l : l + 1].view(torch.int16))
 
 
 @pytest.mark.parametrize("device", DEVICES)

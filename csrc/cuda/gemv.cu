@@ -50,6 +50,22 @@ int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device) {
   return resident;
 }
 
+// Warps per tile (warps_k), which fixes the summation order: a function of M and K only, so results
+// do not depend on the GPU or on the batch count L (batch-invariant). Few warps per tile, each with
+// a long run of segments, stream best while the GPU has warps enough: the fewest (a power of two)
+// that give ~3000 warps for one batch (L > 1 only adds more), with at least 8 segments per warp
+// and at most 8 warps. Measured on the H100 with warps_k forced to 1..16 (docs/performance.md): at
+// (7168, 2048, 4) 1 warp per tile was 12% faster than the 4 of the rule before (a warp per 2
+// segments), at (7168, 16384, 1) 2-4 warps 4-8% faster than 8; but one warp per tile at M = 1024,
+// K = 8192 (128 warps in all) was 2.3x slower.
+int gemv_warps_per_tile(int64_t tiles, int64_t segments) {
+  constexpr int64_t kWarpsWanted = 3000;
+  const int64_t most = std::clamp<int64_t>(segments / 8, 1, kMmaMaxWarps);
+  int warps_k = 1;
+  while (warps_k * 2 <= most && tiles * warps_k < kWarpsWanted) warps_k *= 2;
+  return warps_k;
+}
+
 template <class Format, typename BT>
 bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   using Layout = MmaGemvLayout<Format, BT>;
@@ -59,13 +75,14 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     return false;
   }
   const int64_t segments = (args.k + kSegmentElems - 1) / kSegmentElems;
-  // Each warp streams at least ~2 segments (512 elements) of a tile; up to 8 warps share K within
-  // the tile, taking its segments in turn. warps_k depends on K only: it fixes the summation order,
-  // so results do not depend on the GPU or on M and L.
-  const int warps_k = static_cast<int>(std::clamp<int64_t>(args.k / (2 * kSegmentElems), 1, kMmaMaxWarps));
-  const int warps = kMmaMaxWarpsPerCta / warps_k * warps_k;
-  const size_t smem = Layout::smem_bytes(segments, warps);
   const int64_t tiles = (args.m + kMmaTileRows - 1) / kMmaTileRows;
+  const int warps_k = gemv_warps_per_tile(tiles, segments);
+  // Groups per CTA: up to 16 warps, but fewer where the tiles would not fill every SM (with one
+  // warp per tile, 16 groups per CTA would put M = 4096, L = 1 on 32 SMs).
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t groups = std::clamp<int64_t>((tiles * batches + sms - 1) / sms, 1, kMmaMaxWarpsPerCta / warps_k);
+  const int warps = static_cast<int>(groups) * warps_k;
+  const size_t smem = Layout::smem_bytes(segments, warps);
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     const auto kernel = gemv_mma_kernel<Format, BT, OutT>;
@@ -79,7 +96,6 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     // As many CTAs as are resident at once, shared among the batches, never more groups than
     // tiles: each group then streams an even share of its batch's tiles in one wave.
     const int resident = resident_ctas(kernel, warps * 32, smem, device);
-    const int64_t groups = warps / warps_k;
     const int64_t per_batch = std::clamp<int64_t>(resident / batches, 1, (tiles + groups - 1) / groups);
     const dim3 grid(static_cast<unsigned>(per_batch), static_cast<unsigned>(batches));
     const int64_t grid_groups = per_batch * groups;

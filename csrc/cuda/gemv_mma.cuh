@@ -7,8 +7,9 @@
 // multiply-adds. FP4 B is widened to fp16 like A: sm_90 has no E4M3 mma.sync in hardware (ptxas
 // lowers it to conversions plus fp16 HMMAs), so that detour bought nothing.
 //
-// Layout. A tile is 8 rows of A; each is reduced by a group of warps_k warps (warps_k depends on K
-// only, so the summation order, and the result, does not depend on the GPU); the warps of a group
+// Layout. A tile is 8 rows of A; each is reduced by a group of warps_k warps (warps_k depends on M
+// and K only, so the summation order, and the result, depends on neither the GPU nor the batch
+// count: gemv_warps_per_tile in gemv.cu); the warps of a group
 // take the tile's K segments of 256 elements (128 bytes per row) in turn. A segment is two ranges
 // of 128 elements. Per segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g
 // in each range: elements [32t, 32t + 32) of range 0 feed MMA row g, those of range 1 MMA row
@@ -203,7 +204,7 @@ __device__ __forceinline__ void group_barrier(int id, int threads) {
 // `extra` groups one tile more than the others. The launcher divides, so the kernel does not
 // (a 64-bit division is ~70 instructions, a visible share of a warp's fixed cost on short rows).
 struct MmaSchedule {
-  int warps_k;            // warps per 16-row tile (depends on K only: it fixes the summation order)
+  int warps_k;            // warps per tile (depends on M and K only: it fixes the summation order)
   int64_t tiles_per_group;
   int64_t extra;          // tiles % groups of the grid
 
