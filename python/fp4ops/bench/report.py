@@ -70,6 +70,12 @@ def merge_by_gpu(results: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
+def family_commit(result: dict, family: str) -> str:
+    """The commit that measured `family`: the last merged part that ran it, else the banner's."""
+    runs = [p["commit"] for p in result.get("parts") or [] if family in (p.get("families") or [])]
+    return runs[-1] if runs else result["banner"]["commit"]
+
+
 def gpu_tag(result: dict) -> str:
     """'h100', 'h200', ... from the GPU's name; 'cpu' for the CPU mode."""
     name = result["banner"]["gpu"]
@@ -114,7 +120,7 @@ def plot(result: dict, out_dir: str, prefix: str) -> list[str]:
         ax.axhline(100, color="black", linewidth=1)
         ceiling = rows[0]["ceiling"]
         ax.set_ylabel(f"% of same-run {ceiling} bandwidth")
-        ax.set_title(f"{family}: {result['banner']['gpu']}, commit {result['banner']['commit']}")
+        ax.set_title(f"{family}: {result['banner']['gpu']}, commit {family_commit(result, family)}")
         ax.set_ylim(0, 110)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
