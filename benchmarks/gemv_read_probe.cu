@@ -40,6 +40,20 @@ __device__ __forceinline__ int2 share_of(int64_t tiles, int64_t groups_total, in
   return make_int2(static_cast<int>(schedule.share_begin(gi)), static_cast<int>(schedule.share_begin(gi + 1)));
 }
 
+// A warp's ring of kStages 1-KB stages over `units` steps: `issue` copies the next step (one
+// commit group each); each landed stage is read once, so the copies cannot be elided.
+template <int kStages, typename Issue>
+__device__ __forceinline__ unsigned stream_ring(int units, const uint8_t* ring, int lane, Issue&& issue) {
+  unsigned acc = 0;
+  for (int i = 0; i < kStages - 1; ++i) issue();
+  for (int u = 0; u < units; ++u) {
+    waitg<kStages - 2>(); __syncwarp();
+    issue();
+    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + lane * 16);
+  }
+  return acc;
+}
+
 // Contiguous: each warp streams 512-B pieces, grid-stride, same ring depth.
 template <int kStages>
 __global__ void __launch_bounds__(512, 2) contiguous(const uint8_t* a, size_t bytes, unsigned* sink) {
@@ -81,7 +95,6 @@ __global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t
   const int64_t begin = share.x, end = share.y;
   const int segs = (int)(row_bytes / 64), count = (segs - kw + wk - 1) / wk;
   const int units = (int)(end - begin) * count;
-  unsigned acc = 0;
   int issued = 0;
   auto issue = [&]() {
     if (issued < units) {
@@ -92,12 +105,7 @@ __global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t
     }
     commit(); ++issued;
   };
-  for (int i = 0; i < kStages - 1; ++i) issue();
-  for (int u = 0; u < units; ++u) {
-    waitg<kStages - 2>(); __syncwarp();
-    issue();
-    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + g * 64 + 16 * t);
-  }
+  const unsigned acc = stream_ring<kStages>(units, ring, lane, issue);
   if (acc == 0x12345678u) *sink = acc;
 }
 
@@ -115,7 +123,6 @@ __global__ void __launch_bounds__(512, 2) gemv_rows(const uint8_t* a, int64_t ro
   const int segs = (int)(row_bytes / 64), turns = segs / wk;  // assumes wk divides segs
   const int units = (int)(end - begin) * turns;
   const int turn_row_bytes = wk * 64;
-  unsigned acc = 0;
   int issued = 0;
   auto issue = [&]() {
     if (issued < units) {
@@ -128,12 +135,7 @@ __global__ void __launch_bounds__(512, 2) gemv_rows(const uint8_t* a, int64_t ro
     }
     commit(); ++issued;
   };
-  for (int i = 0; i < kStages - 1; ++i) issue();
-  for (int u = 0; u < units; ++u) {
-    waitg<kStages - 2>(); __syncwarp();
-    issue();
-    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + lane * 16);
-  }
+  const unsigned acc = stream_ring<kStages>(units, ring, lane, issue);
   if (acc == 0x12345678u) *sink = acc;
 }
 
@@ -150,7 +152,6 @@ __global__ void __launch_bounds__(512, 2) gemv_rows_per_tile(const uint8_t* a, i
   const int2 share = share_of(tiles, G, gi, wk);
   const int segs = (int)(row_bytes / kPieceBytes), count = (segs - kw + wk - 1) / wk;
   const int units = (share.y - share.x) * count;
-  unsigned acc = 0;
   int issued = 0;
   auto issue = [&]() {
     if (issued < units) {
@@ -164,12 +165,7 @@ __global__ void __launch_bounds__(512, 2) gemv_rows_per_tile(const uint8_t* a, i
     }
     commit(); ++issued;
   };
-  for (int i = 0; i < kStages - 1; ++i) issue();
-  for (int u = 0; u < units; ++u) {
-    waitg<kStages - 2>(); __syncwarp();
-    issue();
-    acc += *(const unsigned*)(ring + (u % kStages) * 1024 + lane * 16);
-  }
+  const unsigned acc = stream_ring<kStages>(units, ring, lane, issue);
   if (acc == 0x12345678u) *sink = acc;
 }
 
