@@ -144,7 +144,7 @@ def test_tiny_bf16_b_with_large_scales(device, fmt):
 @pytest.mark.parametrize("b_kind", ["fp4", "bfloat16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 # Enough 8-row tiles that every warp group of the tensor-core kernel streams several of them (its
-# grid is one resident wave of up to 16 groups per CTA), a tile split over 1, 4 and 8 warps. Checked on a
+# grid is one resident wave of up to 16 groups per CTA), a tile split over 1, 2 and 8 warps. Checked on a
 # sample of rows (every 13th and the last 40, so both ends of every group's share are among them
 # for some groups) against the float64 reference on the CPU.
 @pytest.mark.parametrize(

@@ -51,8 +51,10 @@ struct RecipeOptions {
   bool columnwise;        // blocks of 16 along the rows: x^T, stored transposed ([..., K, rows])
   bool block_2d;          // one scale per 16x16 tile, repeated for each of its rows / columns
   int32_t hadamard_signs; // -1: no rotation; else bit i set means sign s_i = -1
-  bool stochastic;        // stochastic E2M1 rounding from (seed, offset): the seed enters as its
-  uint64_t offset;        // Philox round keys, computed once per call
+  // Stochastic E2M1 rounding from (seed, offset): the seed is needed only as its Philox round
+  // keys, computed once per call.
+  bool stochastic;
+  uint64_t offset;
   PhiloxKeys keys;        // philox_keys(seed)
   SignWords sign_words;   // hadamard_sign_words(hadamard_signs)
 };

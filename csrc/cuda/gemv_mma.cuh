@@ -9,12 +9,13 @@
 //
 // Layout. A tile is 8 rows of A; each is reduced by a group of warps_k warps (warps_k depends on M
 // and K only, so the summation order, and the result, depends on neither the GPU nor the batch
-// count: gemv_warps_per_tile in gemv.cu); the warps of a group
-// take the tile's K segments of 256 elements (128 bytes per row) in turn. A segment is two ranges
-// of 128 elements. Per segment, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g
-// in each range: elements [32t, 32t + 32) of range 0 feed MMA row g, those of range 1 MMA row
-// g + 8. Why 8 rows and not 16 rows of one range: reading 8 rows x 128 bytes per warp step streams
-// ~5% faster than 16 rows x 64 bytes (benchmarks/gemv_read_probe.cu: fewer DRAM rows open at once).
+// count: gemv_warps_per_tile in gemv.cu); the warps of a group take the tile's K segments of 256
+// elements (128 bytes per row) in turn. A segment is two ranges of 128 elements. Per segment,
+// lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of row g in each range: elements
+// [32t, 32t + 32) of range 0 feed MMA row g, those of range 1 MMA row g + 8. Why 8 rows and not 16
+// rows of one range: without any arithmetic, 8 rows x 128 bytes per warp step streams ~5% faster
+// than 16 rows x 64 bytes (benchmarks/gemv_read_probe.cu; fewer rows in flight at once, why the
+// memory system prefers that was not measured).
 // An MMA sums over the k-slots of all four lanes t, so it mixes four lanes' elements and two
 // ranges. B's eight columns keep them apart: column n < 4 holds range 0's B values only in the
 // k-slots of lane n, column 4 + n range 1's in lane n's (zeros elsewhere), so D[r, n] with r and n
@@ -31,10 +32,10 @@
 // (docs/performance.md).
 // B never changes within a CTA, so the CTA's threads stage the B operand registers once, in shared
 // memory, in exactly the order the lanes read them (plus a zero run for lanes whose column is not
-// the active one). After each segment the four partials a lane holds are scaled in fp32 (block
-// scale times B's block scale, NaN propagating) and added to its row's sum; at the end of a tile
-// the lanes and the group's warps combine them in a fixed order, so results are bitwise
-// reproducible. K % 256 == 128: the last segment's range 1 re-reads range 0's bytes against B
+// the active one). After each segment the partials a lane holds (four blocks of NVFP4, two of
+// MXFP4) are scaled in fp32 (block scale times B's block scale, NaN propagating) and added to its
+// row's sum; at the end of a tile the lanes and the group's warps combine them in a fixed order,
+// so results are bitwise reproducible. K % 256 == 128: the last segment's range 1 re-reads range 0's bytes against B
 // values of zero, so it adds exact zeros (or the NaN range 0 already has).
 #pragma once
 
