@@ -59,7 +59,8 @@ def recipe_input(shape, dtype) -> torch.Tensor:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-@pytest.mark.parametrize("shape", [(48, 96), (2, 32, 272), (16, 4096 + 256)], ids=str)
+# (3, 80, 160): several matrices, each of 2 x 3 tiles (partial in both directions) on CUDA.
+@pytest.mark.parametrize("shape", [(48, 96), (2, 32, 272), (3, 80, 160), (16, 4096 + 256)], ids=str)
 def test_rowwise_and_columnwise_match_reference(shape, dtype, opt, device):
     check_against_reference(recipe_input(shape, dtype), None, True, True, opt, device)
 
@@ -98,9 +99,11 @@ def test_columnwise_only_and_given_scale(opt, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
-# fp32 through both directions (the tile kernel on CUDA); bf16 rowwise only (the per-block kernel
-# for 1D scales).
-@pytest.mark.parametrize("columnwise, dtype", [(True, torch.float32), (False, torch.bfloat16)], ids=["both-fp32", "rowwise-bf16"])
+# fp32 and bf16 through both directions (the tile kernel on CUDA; 16-bit x has the rotation's
+# rowwise sign flips applied as it is loaded); bf16 rowwise only (the per-block kernel for 1D
+# scales).
+@pytest.mark.parametrize("columnwise, dtype", [(True, torch.float32), (True, torch.bfloat16), (False, torch.bfloat16)],
+                         ids=["both-fp32", "both-bf16", "rowwise-bf16"])
 def test_special_values(columnwise, dtype, opt, device):
     """NaN/Inf in a block (a rotated group, or a whole 2D tile, goes NaN with codes 0), zeros,
     -0, huge and tiny values."""

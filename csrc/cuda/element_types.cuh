@@ -119,15 +119,25 @@ __device__ __forceinline__ void load_chunk32(const T* __restrict__ x, int64_t ch
 
 // max |v_j| as fp32 bits. Non-negative floats order like unsigned ints and NaN/Inf lie above
 // every finite value, so a result >= kInfBits means the group holds a non-finite element, and
-// otherwise it is exactly the finite max.
+// otherwise it is exactly the finite max. The max is taken in fp32 with NaN propagation
+// (max.NaN.f32, sm_80+: a NaN makes the result the canonical NaN 0x7FFFFFFF) on |v_j|, which the
+// compiler folds into the instruction's operand modifier: one FMNMX per element, where the same
+// max of the masked bits as unsigned ints took 1.5 (a LOP3 each and a 3-input VIMNMX per two,
+// sm_90 SASS).
 constexpr uint32_t kInfBits = 0x7F800000u;
+
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float out;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(out) : "f"(a), "f"(b));
+  return out;
+}
 
 template <int kN>
 __device__ __forceinline__ uint32_t max_abs_bits(const float (&v)[kN]) {
-  uint32_t m = 0;
+  float m = fabsf(v[0]);
 #pragma unroll
-  for (int j = 0; j < kN; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
-  return m;
+  for (int j = 1; j < kN; ++j) m = max_nan(m, fabsf(v[j]));
+  return __float_as_uint(m);
 }
 
 }  // namespace fp4ops::cuda

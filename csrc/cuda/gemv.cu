@@ -7,9 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "../common/op_checks.h"
 #include "gemv_kernels.cuh"
@@ -33,22 +30,6 @@ at::Tensor aligned_contiguous(const at::Tensor& t) {
 // (K <= kMmaMaxK), scale rows aligned for its 8- or 4-byte copies and a batch count that fits
 // grid.y.
 constexpr int64_t kMmaMaxK = 32768;
-
-// CTAs of `kernel` resident on the whole GPU at once (occupancy times SMs), cached per kernel,
-// device and shared-memory size (the occupancy query costs a few microseconds of host time).
-template <typename Kernel>
-int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, size_t, size_t>, int> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, smem);
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const int resident = std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  cache.emplace(key, resident);
-  return resident;
-}
 
 // Warps per tile (warps_k), which fixes the summation order: a function of M and K only, so results
 // do not depend on the GPU or on the batch count L (batch-invariant). Few warps per tile, each with

@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -59,6 +62,23 @@ inline unsigned grid_for(int64_t work_items, int threads_per_block,
   const int64_t blocks = std::max(sms * min_per_sm, wanted / max_steps + (wanted % max_steps != 0));
   constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();  // gridDim.x; the loop does the rest
   return static_cast<unsigned>(std::max<int64_t>(1, std::min({wanted, blocks, kMaxGrid})));
+}
+
+// CTAs of `kernel` resident on the whole GPU at once (occupancy times SMs), cached per kernel,
+// device, block size and shared-memory size (the occupancy query costs a few microseconds of host
+// time, too much to repeat on every launch).
+template <typename Kernel>
+inline int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, size_t, int, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const int resident = std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  cache.emplace(key, resident);
+  return resident;
 }
 
 // Launches `kernel` behind the previous kernel in `stream` as a programmatic dependent (PDL,

@@ -25,7 +25,12 @@ RecipeTiles tiles_of(const RecipeGeometry& geo) {
   const int64_t count = geo.matrices * row_tiles * col_tiles;
   // Below 2^31, so a tile index plus the grid (<= count / 4) never wraps around 32 bits.
   TORCH_CHECK(count < (int64_t{1} << 31), "x: too many 64x64 tiles for one launch (", int_str(count), ")");
-  return {geo.rows, geo.k, geo.strips(), nb, static_cast<uint32_t>(row_tiles), static_cast<uint32_t>(col_tiles),
+  return {geo.rows,
+          geo.k,
+          geo.strips(),
+          nb,
+          FastDivU32::make(static_cast<uint32_t>(std::max<int64_t>(1, row_tiles))),
+          FastDivU32::make(static_cast<uint32_t>(std::max<int64_t>(1, col_tiles))),
           static_cast<uint32_t>(count)};
 }
 
@@ -122,10 +127,8 @@ void launch_recipe_rowwise_2d(const at::Tensor& input, const RecipeGeometry& geo
     const auto launch = [&](auto kernel) {
       // One resident wave (each CTA loops with its loads one unit ahead); >= 1 block: block 0
       // publishes g.
-      int per_sm = 0;
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStripThreads, 0));
-      const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-      const auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, sms * per_sm)));
+      const int resident = resident_ctas(kernel, kStripThreads, 0, static_cast<size_t>(input.get_device()));
+      const auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, resident)));
       kernel<<<grid, kStripThreads, 0, stream>>>(x, units, opt, source, out);
     };
     with_bool(is_aligned(x, 16), [&](auto aligned) {

@@ -31,13 +31,15 @@ constexpr int kRecipeTileBlocks = 4;  // 16-element blocks per tile row: 64 colu
 constexpr int kRecipeRowStride = 65;  // fp32 words per shared tile row (padded against bank conflicts)
 
 // Tile counts fit in 32 bits (the launcher checks), so the per-tile index math is 32-bit.
+// The divisors are precomputed (FastDivU32): two 32-bit divisions per tile took ~40 instructions
+// of the loop's head (sm_90 SASS).
 struct RecipeTiles {
   int64_t rows, k;
-  int64_t strips;       // ceil(rows / 16): 16-row strips per matrix
-  int64_t nb;           // k / 16 blocks per row
-  uint32_t row_tiles;   // ceil(rows / 64)
-  uint32_t col_tiles;   // ceil(nb / 4)
-  uint32_t count;       // matrices * row_tiles * col_tiles
+  int64_t strips;        // ceil(rows / 16): 16-row strips per matrix
+  int64_t nb;            // k / 16 blocks per row
+  FastDivU32 row_tiles;  // ceil(rows / 64)
+  FastDivU32 col_tiles;  // ceil(nb / 4)
+  uint32_t count;        // matrices * row_tiles * col_tiles
 };
 
 // Where one direction's codes and scales go: block b at data + 8 b and scales[index.offset(b)].
@@ -74,6 +76,27 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
   out.scales[scale_offset] = static_cast<uint8_t>(enc.scale_code);
 }
 
+// Each element of two loaded 16-bit groups with its sign flipped where `flips` says
+// (hadamard_sign_words): one XOR per two packed elements, where hadamard16's flips of fp32 values
+// take a shift and a LOP3 each with runtime signs. The flips' words are kernel parameters.
+template <typename T>
+__device__ __forceinline__ void flip_signs(Vec8<T> (&raw)[2], const SignWords& flips) {
+  static_assert(sizeof(T) == 2, "two elements per 32-bit word");
+  uint32_t* words = reinterpret_cast<uint32_t*>(raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) words[j] ^= flips.w[j];
+}
+
+// load_chunk32 of 16-bit x (16-byte aligned) with the elements' signs flipped (flip_signs).
+template <typename T>
+__device__ __forceinline__ void load_chunk32_flipped(const T* __restrict__ x, int64_t chunk, const SignWords& flips,
+                                                     float (&v)[16]) {
+  Vec8<T> raw[2] = {load_vec8_streaming(x + chunk * 16), load_vec8_streaming(x + chunk * 16 + 8)};
+  flip_signs(raw, flips);
+  widen8<T>(raw[0], v);
+  widen8<T>(raw[1], v + 8);
+}
+
 // kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
 // amax_bits[0] / amax_bits[1] (zeroed by the primary grid, or before the launch) and store nothing.
 template <typename T, bool kAligned, bool kAmaxOnly, class RowIndex, class ColIndex>
@@ -96,25 +119,34 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
   const int cl = t / 4, sl = t % 4;  // columnwise role: column, strip
   const uint32_t signs = static_cast<uint32_t>(opt.hadamard_signs);
   const bool rotate = opt.hadamard_signs >= 0;
+  // Under a rotation, 16-bit x has its rowwise flips applied as it is loaded (flip_signs), so
+  // the shared tile holds x_ij s_j. A thread's columnwise group is one column c of it, so all of
+  // its values carry the same extra s_c: flipping u_i by s_i s_c gives x_ic s_i.
+  constexpr bool kFlipOnLoad = sizeof(T) == 2;
+  const uint32_t row_signs = kFlipOnLoad ? 0u : signs;
+  const uint32_t col_signs = kFlipOnLoad && (signs >> (cl % 16)) & 1u ? signs ^ 0xFFFFu : signs;
   uint32_t row_amax = 0, col_amax = 0;
   for (uint32_t unit = blockIdx.x; unit < tiles.count; unit += gridDim.x) {
-    const uint32_t ct = unit % tiles.col_tiles;
-    const uint32_t rt = unit / tiles.col_tiles % tiles.row_tiles;
-    const int64_t m = unit / tiles.col_tiles / tiles.row_tiles;
+    const uint32_t tile_row = tiles.col_tiles.div(unit);  // row of tiles, over all matrices
+    const uint32_t ct = unit - tile_row * tiles.col_tiles.d;
+    const uint32_t matrix = tiles.row_tiles.div(tile_row);
+    const uint32_t rt = tile_row - matrix * tiles.row_tiles.d;
+    const int64_t m = matrix;
     const int64_t r = static_cast<int64_t>(rt) * kRecipeTileRows + tr;
     const int64_t cb = static_cast<int64_t>(ct) * kRecipeTileBlocks + tb;
     const bool valid = r < tiles.rows && cb < tiles.nb;
-    float v[16] = {};
+    Vec8<T> raw[2] = {};  // zeros past the matrix
     if (valid) {
-      const int64_t group = ((m * tiles.rows + r) * tiles.k + cb * 16) / 8;
-      float half[8];
-      load_group8<T, kAligned>(x, group, half);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = half[i];
-      load_group8<T, kAligned>(x, group + 1, half);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[8 + i] = half[i];
+      const T* p = x + (m * tiles.rows + r) * tiles.k + cb * 16;
+      raw[0] = load_vec8<T, kAligned>(p, 0);
+      raw[1] = load_vec8<T, kAligned>(p, 1);
+      if constexpr (kFlipOnLoad) {
+        if (rotate) flip_signs(raw, opt.sign_words);
+      }
     }
+    float v[16];
+    widen8<T>(raw[0], v);
+    widen8<T>(raw[1], v + 8);
     if (opt.block_2d) group_max[tr][tb] = max_abs_bits(v);
     if (opt.columnwise) {
 #pragma unroll
@@ -130,7 +162,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
       return mb;
     };
     if (opt.rowwise) {
-      if (rotate) hadamard16(v, signs);
+      if (rotate) hadamard16(v, row_signs);
       if constexpr (kAmaxOnly) {
         row_amax = max(row_amax, finite_max_bits16(v));
       } else if (valid) {
@@ -146,7 +178,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
       float u[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) u[i] = tile[(sl * 16 + i) * kRecipeRowStride + cl];
-      if (rotate) hadamard16(u, signs);
+      if (rotate) hadamard16(u, col_signs);
       if constexpr (kAmaxOnly) {
         if (valid_column) col_amax = max(col_amax, finite_max_bits16(u));
       } else if (valid_column) {
@@ -164,21 +196,6 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
     if (t == 0 && row_amax != 0) atomicMax(amax_bits, row_amax);
     if (t == 0 && col_amax != 0) atomicMax(amax_bits + 1, col_amax);
   }
-}
-
-// load_chunk32 of 16-bit x (16-byte aligned) with each element's sign flipped where `flips` says
-// (hadamard_sign_words): one XOR per two packed elements, where hadamard16's flips of fp32 values
-// take a shift and a LOP3 each with runtime signs. The flips' words are kernel parameters.
-template <typename T>
-__device__ __forceinline__ void load_chunk32_flipped(const T* __restrict__ x, int64_t chunk, const SignWords& flips,
-                                                     float (&v)[16]) {
-  static_assert(sizeof(T) == 2, "two elements per 32-bit word");
-  const uint4* src = reinterpret_cast<const uint4*>(x + chunk * 16);
-  uint4 raw[2] = {__ldcs(src), __ldcs(src + 1)};
-  uint32_t* words = reinterpret_cast<uint32_t*>(raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) words[j] ^= flips.w[j];
-  widen_chunk32<T>(raw, v);
 }
 
 // Rowwise only, 1D scales, 16-bit x (the rotation and stochastic rounding are per block): one
