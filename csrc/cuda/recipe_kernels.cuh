@@ -262,6 +262,11 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
 constexpr int kStripRows = 16;
 constexpr int kStripBlocks = 32;
 constexpr int kStripThreads = kStripRows * 32;
+// The maxima are stored by block column, a column's 16 rows contiguous, so a lane reads its column
+// with four 16-byte loads instead of 16 word loads. The padded stride (20 words, a multiple of 4
+// for the 16-byte loads) spreads any 8 lanes' loads over all 32 banks; the 32 lanes' word stores
+// then meet 4-way bank conflicts, one store per block.
+constexpr int kStripMaxStride = 20;
 
 struct StripUnits {
   int64_t rows;           // per matrix
@@ -294,34 +299,40 @@ __global__ void __launch_bounds__(kStripThreads)
 recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOptions opt, Nvfp4Source source,
                          RecipeOut<ScaleIndex> out) {
   opt.stochastic = kStochastic;
-  __shared__ uint32_t block_max[2][kStripRows][kStripBlocks];
+  __shared__ alignas(16) uint32_t block_max[2][kStripBlocks][kStripMaxStride];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   const Nvfp4TabulatedFormat format = tabulate_source(source, table);
   __syncthreads();
   const int row = threadIdx.x / 32, lane = threadIdx.x % 32;
   StripBlock block = strip_block(units, blockIdx.x, row, lane);
-  Vec8<T> raw[2];  // the 16 elements of `block`, loaded one unit ahead
+  // The 16 elements of `block`, loaded one unit ahead; zeros for a block outside the matrix, so
+  // that it adds nothing to its tile's max.
+  Vec8<T> raw[2] = {};
   if (block.valid) {
     raw[0] = load_vec8<T, kAligned>(x, 2 * block.b);
     raw[1] = load_vec8<T, kAligned>(x, 2 * block.b + 1);
   }
   int buffer = 0;
   for (uint32_t u = blockIdx.x; u < units.count; u += gridDim.x, buffer ^= 1) {
-    float v[16] = {};
-    if (block.valid) {
-      widen8<T>(raw[0], v);
-      widen8<T>(raw[1], v + 8);
-    }
+    float v[16];
+    widen8<T>(raw[0], v);
+    widen8<T>(raw[1], v + 8);
     const StripBlock next = strip_block(units, u + gridDim.x, row, lane);
     if (next.valid) {
       raw[0] = load_vec8<T, kAligned>(x, 2 * next.b);
       raw[1] = load_vec8<T, kAligned>(x, 2 * next.b + 1);
+    } else {
+      raw[0] = raw[1] = Vec8<T>{};
     }
-    block_max[buffer][row][lane] = max_abs_bits(v);
+    block_max[buffer][lane][row] = max_abs_bits(v);
     __syncthreads();  // a unit's maxima are read only here; the other buffer is written next
+    const uint4* column = reinterpret_cast<const uint4*>(block_max[buffer][lane]);
     uint32_t tile_max = 0;
 #pragma unroll
-    for (int i = 0; i < kStripRows; ++i) tile_max = max(tile_max, block_max[buffer][i][lane]);
+    for (int i = 0; i < kStripRows / 4; ++i) {
+      const uint4 q = column[i];
+      tile_max = max(max(tile_max, q.x), max(q.y, max(q.z, q.w)));
+    }
     if (block.valid) {
       store_block(out, block.b, out.index.offset(block.b, block.m, block.r, block.cb), v, tile_max, format, opt, false);
     }
