@@ -76,6 +76,21 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
   out.scales[scale_offset] = static_cast<uint8_t>(enc.scale_code);
 }
 
+// The max of 16 block maxima stored contiguously in shared memory (16-byte aligned): four 16-byte
+// loads and 3-input maxes, where 16 word loads and maxes took three times the instructions. Both
+// 2D kernels keep their maxima by block column, a tile's 16 rows adjacent (the strip kernel reads
+// them the same way, written out).
+__device__ __forceinline__ uint32_t max_of_16(const uint32_t* p) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 w = q[i];
+    m = max(max(m, w.x), max(w.y, max(w.z, w.w)));
+  }
+  return m;
+}
+
 // Each element of two loaded 16-bit groups with its sign flipped where `flips` says
 // (hadamard_sign_words): one XOR per two packed elements, where hadamard16's flips of fp32 values
 // take a shift and a LOP3 each with runtime signs. The flips' words are kernel parameters.
@@ -105,7 +120,9 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
               Nvfp4Source col_source, RecipeOut<RowIndex> row_out, RecipeOut<ColIndex> col_out,
               uint32_t* __restrict__ amax_bits) {
   __shared__ float tile[kRecipeTileRows * kRecipeRowStride];
-  __shared__ uint32_t group_max[kRecipeTileRows][kRecipeTileBlocks];
+  // 2D: each group's max, by block column (max_of_16); the stride of 72 words keeps a warp's
+  // stores (8 rows x 4 block columns) on 32 different banks.
+  __shared__ alignas(16) uint32_t group_max[kRecipeTileBlocks][kRecipeTileRows + 8];
   __shared__ uint32_t scratch[32];
   __shared__ float row_table[Nvfp4TabulatedFormat::kCodes], col_table[Nvfp4TabulatedFormat::kCodes];
   Nvfp4TabulatedFormat row_format{Nvfp4Format{1.0f}, row_table}, col_format{Nvfp4Format{1.0f}, col_table};
@@ -147,7 +164,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
     float v[16];
     widen8<T>(raw[0], v);
     widen8<T>(raw[1], v + 8);
-    if (opt.block_2d) group_max[tr][tb] = max_abs_bits(v);
+    if (opt.block_2d) group_max[tb][tr] = max_abs_bits(v);
     if (opt.columnwise) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) tile[tr * kRecipeRowStride + tb * 16 + i] = v[i];
@@ -155,12 +172,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
     const bool shared = opt.block_2d || opt.columnwise;
     if (shared) __syncthreads();
     // The max of the 16x16 tile (16-row strip `strip` of this tile, block column `block`).
-    const auto tile_max = [&](int strip, int block) {
-      uint32_t mb = 0;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) mb = max(mb, group_max[strip * 16 + i][block]);
-      return mb;
-    };
+    const auto tile_max = [&](int strip, int block) { return max_of_16(&group_max[block][strip * 16]); };
     if (opt.rowwise) {
       if (rotate) hadamard16(v, row_signs);
       if constexpr (kAmaxOnly) {
@@ -326,6 +338,8 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
     }
     block_max[buffer][lane][row] = max_abs_bits(v);
     __syncthreads();  // a unit's maxima are read only here; the other buffer is written next
+    // max_of_16, written out: calling it here changed this kernel's scheduling (584 instead of 568
+    // SASS instructions) and measured ~1% slower at 2^26 (docs/recipe.md).
     const uint4* column = reinterpret_cast<const uint4*>(block_max[buffer][lane]);
     uint32_t tile_max = 0;
 #pragma unroll
