@@ -102,6 +102,43 @@ def test_hardware_e4m3_matches_software_over_random_fp32_block_maxima():
     assert_same_bytes(gpu.data, cpu.data, "data")
 
 
+def block_maxima_at_e4m3_boundaries(g: float) -> torch.Tensor:
+    """fp32 block maxima m whose quotient m / 6 / g lies on, or a few ulps from, every rounding
+    boundary of the E4M3 scale: the midpoints between neighbouring codes (ties included), the
+    first one 2^-10 and 464 (saturation), plus 0 and fp32 subnormals."""
+    values = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+    boundaries = torch.cat([(values[:-1] + values[1:]) / 2, torch.tensor([464.0])])
+    centre = (boundaries * 6 * g).float()
+    ulps = torch.arange(-6, 7, dtype=torch.int32)
+    bits = (centre.view(torch.int32)[:, None] + ulps).flatten()
+    m = torch.cat([bits.view(torch.float32), torch.tensor([0.0, 1e-45, 1e-40, 2.0**-126])])
+    return m[torch.isfinite(m) & (m >= 0)]
+
+
+@pytest.mark.parametrize("g", [1.0, 0.37, 3.1e-5, 2.0**-100, 2.0**-101, 1e-40, 3e38])
+@pytest.mark.parametrize("path", ["plain", "stochastic", "2d", "rowwise_columnwise", "rowwise_columnwise_2d"])
+def test_scale_codes_at_e4m3_rounding_boundaries(g, path):
+    """Every NVFP4 kernel (the plain quantizer, the per-block recipe kernel, the 2D strip kernel,
+    the two-copy tile kernel) must give the CPU's scale codes and element codes exactly where a
+    block's quotient m / 6 / g sits on or next to an E4M3 rounding boundary, for ordinary, tiny,
+    subnormal and huge g. Each 16-row group shares its maximum m in column 0, so the rowwise and
+    the columnwise blocks (and the 16x16 tiles) all see it."""
+    m = block_maxima_at_e4m3_boundaries(g).repeat_interleave(16)
+    x = (torch.rand(m.numel(), 32) * 2 - 1) * m[:, None]
+    x[:, 0] = m * torch.where(torch.rand(m.numel()) < 0.5, -1.0, 1.0)
+    scale = torch.tensor(g, dtype=torch.float32)
+    options = {"stochastic": {"stochastic_rounding": True, "seed": 7}}.get(path, {})
+    if path.endswith("2d"):
+        options = {"block_2d": True}
+    if path.startswith("rowwise_columnwise"):
+        outputs = [fp4ops.quantize_nvfp4_rowwise_columnwise(v, scale.to(v.device), **options) for v in (x.cuda(), x)]
+    else:
+        outputs = [(fp4ops.quantize_nvfp4(v, scale.to(v.device), **options),) for v in (x.cuda(), x)]
+    for gpu, cpu in zip(*outputs):
+        assert_same_bytes(gpu.scales, cpu.scales, "scales")
+        assert_same_bytes(gpu.data, cpu.data, "data")
+
+
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_more_than_2_pow_31_elements(fmt):
     """One row of 2^31 + 48 (NVFP4) / 2^31 + 96 (MXFP4) bf16 elements: int64 indexing end to end,

@@ -83,6 +83,13 @@ __device__ __forceinline__ void widen8(const Vec8<T>& raw, float* v) {
   }
 }
 
+// Two loaded groups of eight (16 elements, one NVFP4 block of 16-bit x) widened to fp32.
+template <typename T>
+__device__ __forceinline__ void widen16(const Vec8<T> (&raw)[2], float (&v)[16]) {
+  widen8<T>(raw[0], v);
+  widen8<T>(raw[1], v + 8);
+}
+
 // The same eight elements widened to fp32 (exact).
 template <typename T, bool kAligned>
 __device__ __forceinline__ void load_group8(const T* __restrict__ x, int64_t group, float (&v)[8]) {

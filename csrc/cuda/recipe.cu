@@ -47,6 +47,11 @@ void launch_behind_zeroing(void (*kernel)(KernelArgs...), unsigned grid, unsigne
   }
 }
 
+// Both copies, round-to-nearest, no rotation: recipe_kernel's kPlainPair instance.
+bool is_plain_pair(const RecipeOptions& opt) {
+  return opt.rowwise && opt.columnwise && !opt.stochastic && opt.hadamard_signs < 0;
+}
+
 // Runs recipe_kernel over every tile, once for amax (kAmaxOnly) or once to quantize.
 template <bool kAmaxOnly, class RowIndex, class ColIndex>
 void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const RecipeOptions& opt,
@@ -65,7 +70,15 @@ void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const Reci
                                        row_out, col_out, amax_bits);
     };
     with_bool(is_aligned(x, 16), [&](auto aligned) {
-      launch(recipe_kernel<T, decltype(aligned)::value, kAmaxOnly, RowIndex, ColIndex>);
+      constexpr bool kAligned = decltype(aligned)::value;
+      // The instance is built for the measured case only: with fp32 x or a swizzled layout, its
+      // 5-CTA register cap spills (4-40 bytes).
+      constexpr bool kHasPlainPair = !kAmaxOnly && sizeof(T) == 2 && std::is_same_v<RowIndex, LinearScales> &&
+                                     std::is_same_v<ColIndex, LinearScales>;
+      if constexpr (kHasPlainPair) {
+        if (is_plain_pair(opt)) return launch(recipe_kernel<T, kAligned, false, RowIndex, ColIndex, true>);
+      }
+      launch(recipe_kernel<T, kAligned, kAmaxOnly, RowIndex, ColIndex>);
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -108,17 +108,27 @@ __device__ __forceinline__ void load_chunk32_flipped(const T* __restrict__ x, in
                                                      float (&v)[16]) {
   Vec8<T> raw[2] = {load_vec8_streaming(x + chunk * 16), load_vec8_streaming(x + chunk * 16 + 8)};
   flip_signs(raw, flips);
-  widen8<T>(raw[0], v);
-  widen8<T>(raw[1], v + 8);
+  widen16<T>(raw, v);
 }
 
 // kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
 // amax_bits[0] / amax_bits[1] (zeroed by the primary grid, or before the launch) and store nothing.
-template <typename T, bool kAligned, bool kAmaxOnly, class RowIndex, class ColIndex>
-__global__ void __launch_bounds__(kRecipeThreads)
+// kPlainPair: the common two-copy call (rowwise and columnwise, round-to-nearest, no rotation; 1D
+// or 2D scales) as compile-time facts, so its instance carries no Philox or butterfly code. Left
+// to itself ptxas then gave it 63 registers (4 CTAs per SM) and it measured 2% slower than the
+// general instance; capped at 5 CTAs per SM it takes 46-48 without spilling for 16-bit x and
+// linear scales, and measured 2-3% faster (docs/recipe.md). The launcher uses it for those only.
+template <typename T, bool kAligned, bool kAmaxOnly, class RowIndex, class ColIndex, bool kPlainPair = false>
+__global__ void __launch_bounds__(kRecipeThreads, kPlainPair ? 5 : 0)
 recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvfp4Source row_source,
               Nvfp4Source col_source, RecipeOut<RowIndex> row_out, RecipeOut<ColIndex> col_out,
               uint32_t* __restrict__ amax_bits) {
+  static_assert(!(kPlainPair && kAmaxOnly), "the amax pass exists only under a rotation");
+  if constexpr (kPlainPair) {
+    opt.rowwise = opt.columnwise = true;
+    opt.stochastic = false;
+    opt.hadamard_signs = -1;
+  }
   __shared__ float tile[kRecipeTileRows * kRecipeRowStride];
   // 2D: each group's max, by block column (max_of_16); the stride of 72 words keeps a warp's
   // stores (8 rows x 4 block columns) on 32 different banks.
@@ -162,8 +172,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
       }
     }
     float v[16];
-    widen8<T>(raw[0], v);
-    widen8<T>(raw[1], v + 8);
+    widen16<T>(raw, v);
     if (opt.block_2d) group_max[tb][tr] = max_abs_bits(v);
     if (opt.columnwise) {
 #pragma unroll
@@ -327,8 +336,7 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
   int buffer = 0;
   for (uint32_t u = blockIdx.x; u < units.count; u += gridDim.x, buffer ^= 1) {
     float v[16];
-    widen8<T>(raw[0], v);
-    widen8<T>(raw[1], v + 8);
+    widen16<T>(raw, v);
     const StripBlock next = strip_block(units, u + gridDim.x, row, lane);
     if (next.valid) {
       raw[0] = load_vec8<T, kAligned>(x, 2 * next.b);
