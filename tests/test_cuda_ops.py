@@ -117,15 +117,19 @@ def block_maxima_at_e4m3_boundaries(g: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("g", [1.0, 0.37, 3.1e-5, 2.0**-100, 2.0**-101, 1e-40, 3e38])
 @pytest.mark.parametrize("path", ["plain", "stochastic", "2d", "rowwise_columnwise", "rowwise_columnwise_2d"])
-def test_scale_codes_at_e4m3_rounding_boundaries(g, path):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scale_codes_at_e4m3_rounding_boundaries(dtype, g, path):
     """Every NVFP4 kernel (the plain quantizer, the per-block recipe kernel, the 2D strip kernel,
     the two-copy tile kernel) must give the CPU's scale codes and element codes exactly where a
     block's quotient m / 6 / g sits on or next to an E4M3 rounding boundary, for ordinary, tiny,
     subnormal and huge g. Each 16-row group shares its maximum m in column 0, so the rowwise and
-    the columnwise blocks (and the 16x16 tiles) all see it."""
+    the columnwise blocks (and the 16x16 tiles) all see it. bf16 x rounds m to 8 bits, which
+    still lands exactly on the ties whenever 6 g times the midpoint is a bf16 value (g = 1), and
+    takes the 16-bit kernels (the two-copy call's own instance among them)."""
     m = block_maxima_at_e4m3_boundaries(g).repeat_interleave(16)
     x = (torch.rand(m.numel(), 32) * 2 - 1) * m[:, None]
     x[:, 0] = m * torch.where(torch.rand(m.numel()) < 0.5, -1.0, 1.0)
+    x = x.to(dtype)
     scale = torch.tensor(g, dtype=torch.float32)
     options = {"stochastic": {"stochastic_rounding": True, "seed": 7}}.get(path, {})
     if path.endswith("2d"):
