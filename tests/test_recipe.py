@@ -178,20 +178,24 @@ def test_rht_fp32_is_the_float64_rotation_rounded():
 # fp32 takes the tile kernel on CUDA, bf16 (rowwise only, 1D) the per-block kernel.
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_stochastic_rounding_at_every_position(dtype, device):
-    """Each block leads with 6 and g = 1, so its scale is 1 and the other 15 elements reach the
-    stochastic encoder unscaled: for fp32 every multiple of 1/512 up to 6 and its neighbours one
-    ulp either side (the encoder's fixed-point positions and their edges), for bf16 every value
-    from 0 to 6; random signs and order, random bits from a fresh seed."""
+    """Each block leads with 6.375 and g = 1: 6.375 / 6 = 1.0625 lies halfway between E4M3's 1 and
+    1.125 and rounds to the even 1, so the scale is 1 and the other 15 elements reach the
+    stochastic encoder unscaled: for fp32 every multiple of 1/512 up to 6.375 and its neighbours
+    one ulp either side (the encoder's fixed-point positions and their edges), for bf16 every
+    value from 0 to 6.375. Above 6 the encoder saturates (the GPU clamps a position that can
+    reach 8, so (6, 6.375] checks the clamp). Random signs and order, random bits from a fresh
+    seed."""
     if dtype == torch.float32:
-        steps = torch.arange(0, 6 * 512 + 1, dtype=torch.float32) / 512
+        steps = torch.arange(0, 6.375 * 512 + 1, dtype=torch.float32) / 512
         magnitudes = torch.cat([steps, torch.nextafter(steps, torch.tensor(0.0)),
                                 torch.nextafter(steps, torch.tensor(7.0))])
+        magnitudes = magnitudes[magnitudes <= 6.375]
     else:
-        magnitudes = torch.arange(0, 0x40C1, dtype=torch.int16).view(torch.bfloat16).float()
+        magnitudes = torch.arange(0, 0x40CD, dtype=torch.int16).view(torch.bfloat16).float()  # 0x40CC: 6.375
     values = magnitudes * (torch.randint(0, 2, magnitudes.shape) * 2 - 1)
     values = values[torch.randperm(values.numel())]
     values = torch.cat([values, torch.zeros((-values.numel()) % (15 * 8))]).reshape(-1, 15)
-    x = torch.cat([torch.full((values.shape[0], 1), 6.0), values], dim=1).reshape(-1, 128)
+    x = torch.cat([torch.full((values.shape[0], 1), 6.375), values], dim=1).reshape(-1, 128)
     check_against_reference(x.to(dtype), 1.0, True, False, (False, -1, True), device)
 
 

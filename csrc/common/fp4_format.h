@@ -154,8 +154,11 @@ FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
 //     even: the sum's low mantissa bits count grid steps k. Seeding the magic's mantissa with 2E
 //     turns the count into the code, k + 2E (E = 0: 0..4; E = 1: 2..4 -> codes 4..6; E = 2:
 //     2, 3 -> codes 6, 7), and its parity is k's, so the add's tie-to-even is E2M1's.
-// Returns the two codes as lanes: `even`'s nibble in bits 0..3, `odd`'s in bits 16..19. Not for
-// NaN (Inf saturates to 6).
+// Returns the two codes as lanes: `even`'s nibble in bits 0..3, `odd`'s in bits 16..19, zero
+// above them; with kNibblesOnly, bits 4..15 and 20..31 are left as they fall (the sum's exponent:
+// one LOP3 per pair fewer, for e2m1x8_pack_lanes, which reads only the nibbles). Not for NaN (Inf
+// saturates to 6).
+template <bool kNibblesOnly = false>
 __device__ __forceinline__ uint32_t e2m1x2_lanes_simd(float even, float odd) {
   const uint32_t e = __float_as_uint(even), o = __float_as_uint(odd);
   const uint32_t top = __byte_perm(e, o, 0x7632);     // [odd bits 31..16 : even bits 31..16]
@@ -169,8 +172,15 @@ __device__ __forceinline__ uint32_t e2m1x2_lanes_simd(float even, float odd) {
   // per lane (no bits cross lanes), and 0x0300 - 254 = 0x0202.
   const uint32_t magic = binade + (binade >> 6) + 0x02020202u;
   const uint32_t sum = as_bits(__hadd2(r, as_bf16x2(magic)));
-  // Per lane: the code in bits 0..2 and the sign of y in bit 3.
-  return (sum & 0x00070007u) | ((top >> 12) & 0x00080008u);
+  // Per lane: the code in bits 0..2 (the sum's mantissa, at most 7, so bits 3..6 are 0) and the
+  // sign of y in bit 3.
+  if constexpr (kNibblesOnly) {
+    uint32_t lanes;  // (sum & ~0x00080008) | ((top >> 12) & 0x00080008): one lop3 (e2m1x8_pack_lanes)
+    asm("lop3.b32 %0, %1, %2, 0xFFF7FFF7, 0xE4;" : "=r"(lanes) : "r"(sum), "r"(top >> 12));
+    return lanes;
+  } else {
+    return (sum & 0x00070007u) | ((top >> 12) & 0x00080008u);
+  }
 }
 
 __device__ __forceinline__ uint32_t e2m1x2_encode_simd(float even, float odd) {
@@ -182,16 +192,25 @@ __device__ __forceinline__ uint32_t e2m1x2_encode_simd(float even, float odd) {
 
 #if defined(__CUDA_ARCH__)
 // Four pairs' lanes into one word, pair j in byte j. Each lane word holds a pair's two code
-// nibbles in bytes kEven and kOdd (zero above the nibble): e2m1x2_lanes_simd's in bytes 0 and 2,
-// the stochastic encoder's (recipe.h) in bytes 1 and 3. Byte moves gather [pair 0 even, pair 1
-// even, pair 0 odd, pair 1 odd] nibbles into bytes 0..3, and p | p >> 12 brings the odd nibbles
-// next to the even ones (bits 16..19 -> 4..7, 24..27 -> 12..15). Five instructions for four pairs.
+// nibbles in the low halves of bytes kEven and kOdd (the high halves are ignored):
+// e2m1x2_lanes_simd's in bytes 0 and 2, the stochastic encoder's (recipe.h) in bytes 1 and 3.
+// Byte moves gather [pair 0 even, pair 1 even, pair 0 odd, pair 1 odd] into bytes 0..3, and one
+// bit select (LOP3) takes the even nibbles from p and the odd ones from p >> 12 (bits
+// 16..19 -> 4..7, 24..27 -> 12..15). Five instructions for four pairs.
 template <int kEven = 0, int kOdd = 2>
 __device__ __forceinline__ uint32_t e2m1x8_pack_lanes(uint32_t l0, uint32_t l1, uint32_t l2, uint32_t l3) {
   constexpr uint32_t kGather = kEven | (kEven + 4) << 4 | kOdd << 8 | (kOdd + 4) << 12;
   const uint32_t p01 = __byte_perm(l0, l1, kGather);
   const uint32_t p23 = __byte_perm(l2, l3, kGather);
-  return __byte_perm(p01 | (p01 >> 12), p23 | (p23 >> 12), 0x5410);
+  // (p & 0x0F0F0F0F) | ((p >> 12) & ~0x0F0F0F0F) as one lop3 (lookup table 0xE4 = (a & c) | (b & ~c)):
+  // written in C++, the compiler narrowed the second mask to the bytes the final permute keeps and
+  // then needed two LOP3s.
+  const auto select = [](uint32_t p) {
+    uint32_t out;
+    asm("lop3.b32 %0, %1, %2, 0x0F0F0F0F, 0xE4;" : "=r"(out) : "r"(p), "r"(p >> 12));
+    return out;
+  };
+  return __byte_perm(select(p01), select(p23), 0x5410);
 }
 #endif
 
@@ -216,8 +235,9 @@ FP4OPS_HD uint32_t e2m1x2_encode_not_nan(float even, float odd) {
 // Eight elements into one word, element i in nibble i (bytes in memory order), not NaN.
 FP4OPS_HD uint32_t e2m1x8_encode_not_nan(const float (&v)[8]) {
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
-  return e2m1x8_pack_lanes(e2m1x2_lanes_simd(v[0], v[1]), e2m1x2_lanes_simd(v[2], v[3]),
-                           e2m1x2_lanes_simd(v[4], v[5]), e2m1x2_lanes_simd(v[6], v[7]));
+  constexpr bool kNibblesOnly = true;
+  return e2m1x8_pack_lanes(e2m1x2_lanes_simd<kNibblesOnly>(v[0], v[1]), e2m1x2_lanes_simd<kNibblesOnly>(v[2], v[3]),
+                           e2m1x2_lanes_simd<kNibblesOnly>(v[4], v[5]), e2m1x2_lanes_simd<kNibblesOnly>(v[6], v[7]));
 #else
   uint32_t word = 0;
   for (int j = 0; j < 4; ++j) word |= e2m1x2_encode_not_nan(v[2 * j], v[2 * j + 1]) << (8 * j);

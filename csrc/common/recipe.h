@@ -134,24 +134,36 @@ FP4OPS_HD uint32_t e2m1_encode_stochastic(float y, uint32_t r) {
 }
 
 #if defined(__CUDA_ARCH__)
-// e2m1_encode_stochastic for a pair, with its integer steps in 16-bit lanes: ~16 instructions per
-// pair against ~28 (sm_90 SASS), the same codes. Per element, a = min(|y|, 6) and
-// s = max(a, RZ(a / 2 + 1/2)): from 1 up s = a, and below 1 s = 1/2 + floor(a 2^23) 2^-24 (the
-// add is exact before the round toward zero). Either way (bits(s) - bits(1/2)) >> 14 is the
-// fixed-point position: bits(a) >> 14 - 0xFC00 from 1 up (0x3F000000 has no bits below bit 14),
-// floor(512 a) below. So the top half of (bits(s) - bits(1/2)) << 2 is the position, at most
-// 0x700; a lane adds the 8 random bits and the sign at bit 11, and the code nibble is the lane's
-// bits 8..11. `random_lanes`: the even element's byte in bits 0..7, the odd one's in bits 16..23.
-// Returns the nibbles in bytes 1 and 3 (e2m1x8_pack_lanes<1, 3>). Not for NaN.
+// e2m1_encode_stochastic for a pair, with its integer steps in 16-bit lanes (same codes; checked
+// for every fp32 |y| by tools/check_sr_positions.py). Per element, a = |y| / 8 saturated at 1
+// (FMUL.SAT; exact wherever the position is not 0, Inf -> 1) and s = max(a, RZ(a / 2 + 1/16)):
+// from |y| = 1 up s = a, below it s = 1/16 + floor(|y| 2^23) 2^-27 (the add is exact before the
+// round toward zero). Either way (bits(s) - bits(1/16)) >> 14 is the fixed-point position:
+// bits(|y|) >> 14 - 0xFC00 from 1 up (the division by 8 moves only the exponent), floor(512 |y|)
+// below, at most 0x800 (|y| >= 8). A lane adds the 8 random bits and clamps at 0x7FF, the
+// saturation at 6: position 0x700 (|y| = 6) plus any random byte stays in 0x700..0x7FF, code 7,
+// and so does every larger position. The sign reaches bit 11 through a byte permute that
+// replicates each element's sign bit over its byte. The code nibble is the lane's bits 8..11.
+// `random_lanes`: the even element's byte in bits 0..7, the odd one's in bits 16..23. Returns the
+// nibbles in bytes 1 and 3 (e2m1x8_pack_lanes<1, 3>). Not for NaN (a finite x times the capped
+// multiplier never is one). The saturation, the clamp, the shift as IMAD.SHL and the sign
+// permute took the ALU pipe, which bounds the quantizers, from 113 to 81 instructions per block
+// (two FMNMX per element, a shift per pair; docs/recipe.md).
 __device__ __forceinline__ uint32_t e2m1x2_stochastic_lanes(float even, float odd, uint32_t random_lanes) {
-  const auto shifted_position = [](float y) {
-    const float a = fminf(fabsf(y), kE2M1Max);
-    const float s = fmaxf(a, __fmaf_rz(a, 0.5f, 0.5f));
-    return (__float_as_uint(s) - 0x3F000000u) << 2;
+  const auto shifted_bits = [](float y) {
+    const float a = __saturatef(fabsf(y) * 0.125f);
+    return __float_as_uint(fmaxf(a, __fmaf_rz(a, 0.5f, 0.0625f))) << 2;
   };
-  const uint32_t positions = __byte_perm(shifted_position(even), shifted_position(odd), 0x7632);
-  const uint32_t signs = (__byte_perm(__float_as_uint(even), __float_as_uint(odd), 0x7632) >> 4) & 0x08000800u;
-  return positions + random_lanes + signs;
+  // Lanes: the top halves of 4 bits(s), each in 0xF600..0xFE00 (s in [1/16, 1]). Adding
+  // 0x0A00 to each (-(4 bits(1/16)) >> 16) always carries exactly one out of the low lane, hence
+  // 0x09FF in the high one.
+  const uint32_t positions = __byte_perm(shifted_bits(even), shifted_bits(odd), 0x7632) + 0x09FF0A00u;
+  // prmt's selector nibbles 0xB / 0xF: byte 3 of `even` / `odd` with its top bit replicated over
+  // the byte (the nibble's msb selects that mode; written out because __byte_perm documents only
+  // the low 3 bits).
+  uint32_t sign_bytes;
+  asm("prmt.b32 %0, %1, %2, 0xF0B0;" : "=r"(sign_bytes) : "r"(__float_as_uint(even)), "r"(__float_as_uint(odd)));
+  return __vminu2(positions + random_lanes, 0x07FF07FFu) | (sign_bytes & 0x08000800u);
 }
 #endif
 

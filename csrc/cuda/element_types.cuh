@@ -65,6 +65,14 @@ __device__ __forceinline__ Vec8<T> load_vec8(const T* __restrict__ x, int64_t gr
   }
 }
 
+// The 16 elements x[16 b .. 16 b + 15] (one NVFP4 block of a row), as stored: groups 2 b and
+// 2 b + 1 (load_vec8's kAligned contract).
+template <typename T, bool kAligned>
+__device__ __forceinline__ void load_block16(const T* __restrict__ x, int64_t b, Vec8<T> (&raw)[2]) {
+  raw[0] = load_vec8<T, kAligned>(x, 2 * b);
+  raw[1] = load_vec8<T, kAligned>(x, 2 * b + 1);
+}
+
 // Eight elements widened to fp32 (exact), into v[0..7]. bf16 pairs by bit operations: the low
 // element shifted up, the high one masked in place (the compiler's own widening moved the high
 // half down and back up: 3 instructions per pair instead of 2, sm_90 SASS).
@@ -145,6 +153,29 @@ __device__ __forceinline__ uint32_t max_abs_bits(const float (&v)[kN]) {
 #pragma unroll
   for (int j = 1; j < kN; ++j) m = max_nan(m, fabsf(v[j]));
   return __float_as_uint(m);
+}
+
+// max_abs_bits of a block of 16-bit x taken on its loaded words, two elements per instruction:
+// max.NaN.xorsign.abs on bf16x2 / f16x2 (sm_86+) keeps |max| per lane (its sign is the XOR of
+// the inputs', dropped at the end) and propagates NaN, so 7 packed maxes and one fp32 max of the
+// two lanes replace the 15 FMNMX of max_abs_bits on the widened values, on the ALU pipe that
+// bounds the quantizers. Same bits: the max of 16-bit values is exact and widening is exact.
+template <typename T>
+__device__ __forceinline__ uint32_t max_abs_bits16(const Vec8<T> (&raw)[2]) {
+  static_assert(sizeof(T) == 2, "two elements per 32-bit word");
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+  uint32_t m = words[0];
+#pragma unroll
+  for (int j = 1; j < 8; ++j) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(words[j]));
+    } else {
+      asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(words[j]));
+    }
+  }
+  Vec8<T> lanes;
+  *reinterpret_cast<uint32_t*>(lanes.v) = m;
+  return __float_as_uint(max_nan(fabsf(to_float(lanes.v[0])), fabsf(to_float(lanes.v[1]))));
 }
 
 }  // namespace fp4ops::cuda

@@ -145,8 +145,12 @@ void launch_recipe_rowwise_2d(const at::Tensor& input, const RecipeGeometry& geo
       kernel<<<grid, kStripThreads, 0, stream>>>(x, units, opt, source, out);
     };
     with_bool(is_aligned(x, 16), [&](auto aligned) {
+      constexpr bool kAligned = decltype(aligned)::value;
+      if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Index, LinearScales>) {
+        if (!opt.stochastic) return launch(recipe_rowwise_2d_bf16_kernel<kAligned>);
+      }
       with_bool(opt.stochastic, [&](auto stochastic) {
-        launch(recipe_rowwise_2d_kernel<T, decltype(aligned)::value, decltype(stochastic)::value, Index>);
+        launch(recipe_rowwise_2d_kernel<T, kAligned, decltype(stochastic)::value, Index>);
       });
     });
   });

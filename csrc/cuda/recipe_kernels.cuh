@@ -11,8 +11,8 @@
 //
 // recipe_rowwise_kernel takes the common rowwise-only 1D case without the tile's staging through
 // shared memory and its per-tile barriers (one thread per block, the plain quantizer's order), and
-// recipe_rowwise_2d_kernel the rowwise-only 2D case (a warp per row of a 16-row strip, the tile
-// maxima through shared memory).
+// recipe_rowwise_2d_kernel (and its bf16 instance recipe_rowwise_2d_bf16_kernel) the rowwise-only
+// 2D case (a warp per row of a 16-row strip, the tile maxima through shared memory).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +56,17 @@ __device__ __forceinline__ uint32_t finite_max_bits16(const float (&v)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) m = max(m, __float_as_uint(finite_abs(v[i])));
   return m;
+}
+
+// max_abs_bits of a loaded block (its elements `v` widened from `raw`): on the packed words for
+// 16-bit x (max_abs_bits16, half the ALU instructions), on the widened values for fp32.
+template <typename T>
+__device__ __forceinline__ uint32_t loaded_max_bits(const Vec8<T> (&raw)[2], const float (&v)[16]) {
+  if constexpr (sizeof(T) == 2) {
+    return max_abs_bits16(raw);
+  } else {
+    return max_abs_bits(v);
+  }
 }
 
 // Encode one block and store its 8 code bytes and its scale (at byte scale_offset of the scales).
@@ -106,7 +117,8 @@ __device__ __forceinline__ void flip_signs(Vec8<T> (&raw)[2], const SignWords& f
 template <typename T>
 __device__ __forceinline__ void load_chunk32_flipped(const T* __restrict__ x, int64_t chunk, const SignWords& flips,
                                                      float (&v)[16]) {
-  Vec8<T> raw[2] = {load_vec8_streaming(x + chunk * 16), load_vec8_streaming(x + chunk * 16 + 8)};
+  Vec8<T> raw[2];
+  load_block16<T, true>(x, chunk, raw);
   flip_signs(raw, flips);
   widen16<T>(raw, v);
 }
@@ -164,16 +176,15 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
     const bool valid = r < tiles.rows && cb < tiles.nb;
     Vec8<T> raw[2] = {};  // zeros past the matrix
     if (valid) {
-      const T* p = x + (m * tiles.rows + r) * tiles.k + cb * 16;
-      raw[0] = load_vec8<T, kAligned>(p, 0);
-      raw[1] = load_vec8<T, kAligned>(p, 1);
+      load_block16<T, kAligned>(x + (m * tiles.rows + r) * tiles.k, cb, raw);
       if constexpr (kFlipOnLoad) {
         if (rotate) flip_signs(raw, opt.sign_words);
       }
     }
     float v[16];
     widen16<T>(raw, v);
-    if (opt.block_2d) group_max[tb][tr] = max_abs_bits(v);
+    const uint32_t loaded_max = loaded_max_bits(raw, v);  // the rowwise block max without a rotation
+    if (opt.block_2d) group_max[tb][tr] = loaded_max;
     if (opt.columnwise) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) tile[tr * kRecipeRowStride + tb * 16 + i] = v[i];
@@ -189,7 +200,8 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
       } else if (valid) {
         const int64_t b = (m * tiles.rows + r) * tiles.nb + cb;
         store_block(row_out, b, row_out.index.offset(b, m, r, cb), v,
-                    opt.block_2d ? tile_max(tr / 16, tb) : max_abs_bits(v), row_format, opt, false);
+                    opt.block_2d ? tile_max(tr / 16, tb) : rotate ? max_abs_bits(v) : loaded_max, row_format, opt,
+                    false);
       }
     }
     if (opt.columnwise) {  // rows are a multiple of 16 here: a strip is whole or past the end
@@ -252,16 +264,25 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < num_blocks; u += stride) {
     const int64_t b = out.index.block_at(u);
     float v[16];
-    if constexpr (kFlipOnLoad) {
-      load_chunk32_flipped(x, b, opt.sign_words, v);
+    uint32_t max_bits = 0;
+    if constexpr (kRotation == Rotation::kNone) {
+      Vec8<T> raw[2];
+      load_block16<T, kAligned>(x, b, raw);
+      widen16<T>(raw, v);
+      max_bits = max_abs_bits16(raw);
     } else {
-      load_chunk32<T, kAligned>(x, b, v);
+      if constexpr (kFlipOnLoad) {
+        load_chunk32_flipped(x, b, opt.sign_words, v);
+      } else {
+        load_chunk32<T, kAligned>(x, b, v);
+      }
+      hadamard16(v, signs);
+      max_bits = max_abs_bits(v);
     }
-    if constexpr (kRotation != Rotation::kNone) hadamard16(v, signs);
     if constexpr (kAmaxOnly) {
       amax = max(amax, finite_max_bits16(v));
     } else {
-      store_block(out, b, out.index.scale_at(u, b), v, max_abs_bits(v), format, opt, false);
+      store_block(out, b, out.index.scale_at(u, b), v, max_bits, format, opt, false);
     }
   }
   if constexpr (kAmaxOnly) {
@@ -312,13 +333,12 @@ __device__ __forceinline__ StripBlock strip_block(const StripUnits& units, uint3
   return {(m * units.rows + r) * units.nb + cb, m, r, cb, u < units.count && r < units.rows && cb < units.nb};
 }
 
-// kStochastic: opt.stochastic as a compile-time constant, one instance per rounding mode (with
-// both in one kernel the round-to-nearest path needed 57 registers instead of 55 and measured 3%
-// slower: docs/recipe.md).
+// The strip kernels' body. kStochastic: opt.stochastic as a compile-time constant, one kernel per
+// rounding mode (with both in one kernel the round-to-nearest path needed 57 registers instead of
+// 55 and measured 3% slower: docs/recipe.md).
 template <typename T, bool kAligned, bool kStochastic, class ScaleIndex>
-__global__ void __launch_bounds__(kStripThreads)
-recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOptions opt, Nvfp4Source source,
-                         RecipeOut<ScaleIndex> out) {
+__device__ __forceinline__ void quantize_strips(const T* __restrict__ x, const StripUnits& units, RecipeOptions opt,
+                                                const Nvfp4Source& source, const RecipeOut<ScaleIndex>& out) {
   opt.stochastic = kStochastic;
   __shared__ alignas(16) uint32_t block_max[2][kStripBlocks][kStripMaxStride];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
@@ -329,22 +349,19 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
   // The 16 elements of `block`, loaded one unit ahead; zeros for a block outside the matrix, so
   // that it adds nothing to its tile's max.
   Vec8<T> raw[2] = {};
-  if (block.valid) {
-    raw[0] = load_vec8<T, kAligned>(x, 2 * block.b);
-    raw[1] = load_vec8<T, kAligned>(x, 2 * block.b + 1);
-  }
+  if (block.valid) load_block16<T, kAligned>(x, block.b, raw);
   int buffer = 0;
   for (uint32_t u = blockIdx.x; u < units.count; u += gridDim.x, buffer ^= 1) {
     float v[16];
     widen16<T>(raw, v);
+    const uint32_t own_max = loaded_max_bits(raw, v);
     const StripBlock next = strip_block(units, u + gridDim.x, row, lane);
     if (next.valid) {
-      raw[0] = load_vec8<T, kAligned>(x, 2 * next.b);
-      raw[1] = load_vec8<T, kAligned>(x, 2 * next.b + 1);
+      load_block16<T, kAligned>(x, next.b, raw);
     } else {
       raw[0] = raw[1] = Vec8<T>{};
     }
-    block_max[buffer][lane][row] = max_abs_bits(v);
+    block_max[buffer][lane][row] = own_max;
     __syncthreads();  // a unit's maxima are read only here; the other buffer is written next
     // max_of_16, written out: calling it here changed this kernel's scheduling (584 instead of 568
     // SASS instructions) and measured ~1% slower at 2^26 (docs/recipe.md).
@@ -360,6 +377,24 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
     }
     block = next;
   }
+}
+
+template <typename T, bool kAligned, bool kStochastic, class ScaleIndex>
+__global__ void __launch_bounds__(kStripThreads)
+recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOptions opt, Nvfp4Source source,
+                         RecipeOut<ScaleIndex> out) {
+  quantize_strips<T, kAligned, kStochastic>(x, units, opt, source, out);
+}
+
+// The same for bf16 x, linear scales and round-to-nearest, capped at 3 CTAs of 512 threads per
+// SM: 40 registers without spilling (42 uncapped, 2 CTAs per SM), measured 4-5% faster
+// (docs/recipe.md). Under the cap the other dtypes, the swizzled layout and stochastic rounding
+// spill (8-164 bytes), so they keep the kernel above.
+template <bool kAligned>
+__global__ void __launch_bounds__(kStripThreads, 3)
+recipe_rowwise_2d_bf16_kernel(const __nv_bfloat16* __restrict__ x, StripUnits units, RecipeOptions opt,
+                              Nvfp4Source source, RecipeOut<LinearScales> out) {
+  quantize_strips<__nv_bfloat16, kAligned, false>(x, units, opt, source, out);
 }
 
 }  // namespace fp4ops::cuda
