@@ -173,9 +173,8 @@ __device__ __forceinline__ uint32_t max_abs_bits16(const Vec8<T> (&raw)[2]) {
       asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(words[j]));
     }
   }
-  Vec8<T> lanes;
-  *reinterpret_cast<uint32_t*>(lanes.v) = m;
-  return __float_as_uint(max_nan(fabsf(to_float(lanes.v[0])), fabsf(to_float(lanes.v[1]))));
+  const T* lanes = reinterpret_cast<const T*>(&m);
+  return __float_as_uint(max_nan(fabsf(to_float(lanes[0])), fabsf(to_float(lanes[1]))));
 }
 
 }  // namespace fp4ops::cuda
