@@ -64,6 +64,15 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   const int64_t groups = std::clamp<int64_t>((tiles * batches + sms - 1) / sms, 1, kMmaMaxWarpsPerCta / warps_k);
   const int warps = static_cast<int>(groups) * warps_k;
   const size_t smem = Layout::smem_bytes(segments, warps);
+  // Little work per SM: one CTA per SM instead of all that fit, so each CTA's fixed cost (staging B,
+  // the ring's first round trip) is spread over more tiles. Measured on the H100 (A/B of the cap,
+  // docs/performance.md): +1 to +3 points of copy bandwidth at 217-434 segments per SM ((7168,
+  // 2048, 4), (14336, 4096, 1), (7168, 16384, 1)), -1 to -2 points at 869-993 ((4096, 7168, 8),
+  // 16384^2). Only where the batches still spread over >= 90% of the SMs at one CTA each (not
+  // e.g. L = 100, which would get 100 CTAs). The summation order does not depend on the grid.
+  constexpr int64_t kShortWorkSegmentsPerSm = 640;
+  const bool short_work = tiles * batches * segments < kShortWorkSegmentsPerSm * sms &&
+                          (sms / batches) * batches * 10 >= sms * 9;
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     const auto kernel = gemv_mma_kernel<Format, BT, OutT>;
@@ -76,7 +85,8 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     }
     // As many CTAs as are resident at once, shared among the batches, never more groups than
     // tiles: each group then streams an even share of its batch's tiles in one wave.
-    const int resident = resident_ctas(kernel, warps * 32, smem, device);
+    int resident = resident_ctas(kernel, warps * 32, smem, device);
+    if (short_work) resident = std::min(resident, static_cast<int>(sms));
     const int64_t per_batch = std::clamp<int64_t>(resident / batches, 1, (tiles + groups - 1) / groups);
     const dim3 grid(static_cast<unsigned>(per_batch), static_cast<unsigned>(batches));
     const int64_t grid_groups = per_batch * groups;
