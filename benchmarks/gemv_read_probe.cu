@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "../csrc/cuda/gemv_mma.cuh"  // the GEMV's own cp.async helpers and tile schedule
+#include "read_probe_common.cuh"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)
 
@@ -202,33 +203,6 @@ __global__ void __launch_bounds__(512, 2) gemv_pattern_regs(const uint8_t* a, in
   if (acc == 0x12345678u) *sink = acc;
 }
 
-// Plain reads: 16 B per lane, 4 loads in flight per thread, grid-stride (a read-bandwidth ceiling).
-__global__ void __launch_bounds__(512) plain_read(const uint4* a, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    uint4 v0 = __ldcg(a + i), v1 = __ldcg(a + i + stride), v2 = __ldcg(a + i + 2 * stride), v3 = __ldcg(a + i + 3 * stride);
-    acc += v0.x ^ v1.y ^ v2.z ^ v3.w;
-  }
-  for (; i < n; i += stride) acc += __ldcg(a + i).x;
-  if (acc == 0x12345678u) *sink = acc;
-}
-static unsigned* g_sink;
-static int g_sms;
-
-template <typename F>
-float time_it(F launch, uint8_t* flush, size_t flush_bytes) {
-  cudaEvent_t s, e; cudaEventCreate(&s); cudaEventCreate(&e);
-  float best = 1e9, total = 0; const int reps = 20;
-  for (int r = 0; r < reps + 2; ++r) {
-    plain_read<<<g_sms * 4, 512>>>((const uint4*)flush, flush_bytes / 16, g_sink);  // evict L2, leaving it clean
-    cudaEventRecord(s); launch(); cudaEventRecord(e); cudaEventSynchronize(e);
-    float ms; cudaEventElapsedTime(&ms, s, e); if (r >= 2) { total += ms; if (ms < best) best = ms; }
-  }
-  return total / reps;
-}
-
 int main() {
   int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const size_t max_bytes = 16384ull * 8192;
@@ -251,10 +225,10 @@ int main() {
       // warps_k as the library picks it: clamp(segments / 4, 1, 8), 64-byte segments
       const int wk = sh.row_bytes / 64 / 4 < 1 ? 1 : (sh.row_bytes / 64 / 4 > 8 ? 8 : sh.row_bytes / 64 / 4);
       const int warps = 16 / wk * wk;
-      float tc = time_it([&] { kern_c<<<per_sm_c * sms, 512, smem>>>(a, bytes, sink); }, flush, flush_bytes);
-      float tg = time_it([&] { kern_g<<<per_sm_g * sms, warps * 32, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
-      float tr = time_it([&] { kern_r<<<per_sm_g * sms, warps * 32, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
-      float tp = time_it([&] { plain_read<<<sms * 4, 512>>>((const uint4*)a, bytes / 16, sink); }, flush, flush_bytes);
+      float tc = time_ms([&] { kern_c<<<per_sm_c * sms, 512, smem>>>(a, bytes, sink); }, flush, flush_bytes);
+      float tg = time_ms([&] { kern_g<<<per_sm_g * sms, warps * 32, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+      float tr = time_ms([&] { kern_r<<<per_sm_g * sms, warps * 32, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+      float tp = time_ms([&] { plain_read<<<sms * 4, 512>>>((const uint4*)a, bytes / 16, sink); }, flush, flush_bytes);
       printf("| %6.1f MB | %6lld x %5lld B | %d | %7.2f us, %5.0f GB/s | %7.2f us, %5.0f GB/s | %7.2f us, %5.0f GB/s | %7.2f us, %5.0f GB/s |\n",
              bytes / 1e6, (long long)sh.rows, (long long)sh.row_bytes, wk, tp * 1e3, bytes / tp / 1e6, tc * 1e3,
              bytes / tc / 1e6, tg * 1e3, bytes / tg / 1e6, tr * 1e3, bytes / tr / 1e6);
@@ -277,7 +251,7 @@ int main() {
       for (int wk : {2, 4, 8, 16}) {
         if (sh.row_bytes / 64 < wk) continue;
         const auto bw = [&](auto kern, int ctas, size_t sm) {
-          const float ms = time_it([&] { kern<<<ctas, 512, sm>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+          const float ms = time_ms([&] { kern<<<ctas, 512, sm>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
           return bytes / ms / 1e6;
         };
         printf("| %6lld x %5lld B | %2d | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s |\n", (long long)sh.rows,
@@ -298,7 +272,7 @@ int main() {
       const size_t bytes = sh.rows * sh.row_bytes;
       for (int wk : {4, 8, 16}) {
         const auto bw = [&](auto kern) {
-          const float ms = time_it([&] { kern<<<per_sm * sms, 512, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
+          const float ms = time_ms([&] { kern<<<per_sm * sms, 512, smem>>>(a, sh.rows, sh.row_bytes, wk, sink); }, flush, flush_bytes);
           return bytes / ms / 1e6;
         };
         printf("| %6lld x %5lld B | %2d | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s | %5.0f GB/s |\n", (long long)sh.rows,
