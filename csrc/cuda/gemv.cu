@@ -89,8 +89,7 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     if (short_work) resident = std::min(resident, static_cast<int>(sms));
     const int64_t per_batch = std::clamp<int64_t>(resident / batches, 1, (tiles + groups - 1) / groups);
     const dim3 grid(static_cast<unsigned>(per_batch), static_cast<unsigned>(batches));
-    const int64_t grid_groups = per_batch * groups;
-    const MmaSchedule schedule{warps_k, tiles / grid_groups, tiles % grid_groups};
+    const MmaSchedule schedule{warps_k, tiles / per_batch, tiles % per_batch};
     kernel<<<grid, warps * 32, smem, stream>>>(args, static_cast<OutT*>(out.mutable_data_ptr()), schedule);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

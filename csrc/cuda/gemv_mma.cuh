@@ -201,16 +201,29 @@ __device__ __forceinline__ void group_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
-// How a batch's 16-row tiles are shared among the groups of the grid: group i (of
-// gridDim.x * groups) takes the contiguous tiles [share_begin(i), share_begin(i + 1)), the first
-// `extra` groups one tile more than the others. The launcher divides, so the kernel does not
-// (a 64-bit division is ~70 instructions, a visible share of a warp's fixed cost on short rows).
+// How a batch's 8-row tiles are shared: CTA b (of gridDim.x per batch) takes the contiguous tiles
+// [b * tiles_per_cta + min(b, extra), ...), the first `extra` CTAs one tile more than the others,
+// and its groups split those evenly in turn (again contiguous, the first ones one tile more). Each
+// SM's load is then within one tile of the mean. Numbering the groups CTA by CTA in one even
+// share instead put all the groups with a tile more into the first CTAs: (7168, 2048, 4) had 32
+// tiles on 92 SMs and 16 on the other 40 (27.2 on average). Numbering them across the CTAs first
+// balanced the SMs too but scattered each CTA's tiles over A, which cost 1-1.5 points of copy
+// bandwidth at 16384^2 (H100, docs/performance.md). The launcher divides by the CTA count, so the
+// kernel does not (a 64-bit division is ~70 instructions, a visible share of a warp's fixed cost
+// on short rows); the 32-bit split among a CTA's groups is cheap.
 struct MmaSchedule {
   int warps_k;            // warps per tile (depends on M and K only: it fixes the summation order)
-  int64_t tiles_per_group;
-  int64_t extra;          // tiles % groups of the grid
+  int64_t tiles_per_cta;  // tiles / gridDim.x
+  int64_t extra;          // tiles % gridDim.x
 
-  __device__ __forceinline__ int64_t share_begin(int64_t i) const { return i * tiles_per_group + (i < extra ? i : extra); }
+  // Tiles [*begin, *end) of group `group` (of `groups`) in CTA `cta`.
+  __device__ __forceinline__ void group_tiles(int64_t cta, int group, int groups, int64_t* begin, int64_t* end) const {
+    const int64_t cta_begin = cta * tiles_per_cta + (cta < extra ? cta : extra);
+    const int cta_tiles = static_cast<int>(tiles_per_cta) + (cta < extra ? 1 : 0);
+    const int per_group = cta_tiles / groups, more = cta_tiles % groups;
+    *begin = cta_begin + static_cast<int64_t>(group) * per_group + (group < more ? group : more);
+    *end = *begin + per_group + (group < more ? 1 : 0);
+  }
 };
 
 // The ring offset after `offset`: stages of kStageBytes, wrapping after kMmaStages.
@@ -228,7 +241,6 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int warps_k = schedule.warps_k;
-  const int groups = warps / warps_k;
   const int group = warp / warps_k, kw = warp % warps_k;  // this warp's group and turn along K
   const int g = lane / 4, t = lane % 4;
   const int64_t l = blockIdx.y;
@@ -239,10 +251,9 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
   // K % 256 == 128: the turn at which this warp reads the last segment, whose range 1 is past K.
   const int half_turn = args.k % kSegmentElems != 0 && kw == (segments - 1) % warps_k ? count - 1 : -1;
 
-  // This group's tiles of batch l: an even, contiguous share.
-  const int64_t group_index = static_cast<int64_t>(blockIdx.x) * groups + group;
-  const int64_t tile_begin = schedule.share_begin(group_index);
-  const int64_t tile_end = schedule.share_begin(group_index + 1);
+  // This group's tiles of batch l: an even, contiguous share (MmaSchedule).
+  int64_t tile_begin, tile_end;
+  schedule.group_tiles(blockIdx.x, group, warps / warps_k, &tile_begin, &tile_end);
   const int units = static_cast<int>(tile_end - tile_begin) * count;  // this warp's segments in all
 
   uint8_t* ring = smem + static_cast<size_t>(warp) * kMmaStages * Layout::kStageBytes;
