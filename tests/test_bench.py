@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("tqdm")
 
 from fp4ops.bench import main, report, targets  # noqa: E402
-from fp4ops.bench.cases import Case  # noqa: E402
+from fp4ops.bench.cases import Case, Rotation, weight_copies  # noqa: E402
 from fp4ops.bench.harness import Timer  # noqa: E402
 from fp4ops.bench.suite import CheckFailed, measure  # noqa: E402
 
@@ -98,6 +98,22 @@ def test_targets_arithmetic():
     assert got["NVFP4 quantize vs PyTorch's fp8 cast (speed-up)"].measured == "1.25x"
     compiled = got["every op vs torch.compile of the reference (speed-up)"]
     assert compiled.measured == "1.45x" and compiled.met is False
+
+
+def test_gemv_targets_add_the_back_to_back_figure_and_judge_on_single_calls():
+    seed = dict(family="gemv", numel=7168 * 2048 * 4, shape=(7168, 2048, 4), dtype="nvfp4 x nvfp4")
+    cold = {**_row("gemv nvfp4 x nvfp4", "fp4ops", 20.0, pct=60.0), **seed, "us_graph": 16.0, "graph_cold": True}
+    got = {t.name: t for t in targets.evaluate({"rows": [cold]})}["GEMV, seed shapes, % of copy"]
+    assert got.measured == "60.0% (75.0% back to back)" and got.met is False
+    warm = {**cold, "graph_cold": False}  # a graph over one L2-resident weight says nothing about DRAM
+    got = {t.name: t for t in targets.evaluate({"rows": [warm]})}["GEMV, seed shapes, % of copy"]
+    assert got.measured == "60.0%"
+
+
+def test_rotation_takes_inputs_in_turn_and_remembers_the_last():
+    calls = Rotation(["a", "b", "c"], lambda x: x.upper())
+    assert [calls() for _ in range(4)] == ["A", "B", "C", "A"] and calls.last == "a"
+    assert weight_copies(1e6, torch.device("cpu")) == 1
 
 
 def test_update_readme_between_markers(tmp_path):

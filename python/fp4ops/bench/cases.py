@@ -10,6 +10,7 @@ the others (casts, torchao, matmuls) are timed only, and say so.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -40,6 +41,7 @@ class Case:
     check: Callable[[object], str] | None = None  # fp4ops: raises on a mismatch; baselines: a verdict
     skip: str = ""  # why this row was not run
     graph: bool = False
+    graph_cold: bool = False  # fn rotates through distinct inputs (Rotation): its graph replay reads them cold
     launches: bool = False
 
 
@@ -190,22 +192,55 @@ GEMV_2POW28_SHAPE = (16384, 16384, 1)
 GEMV_SHAPES = GEMV_SEED_SHAPES + [GEMV_2POW28_SHAPE]
 
 
+# The weights of the GEMV rows: several distinct copies taken in turn, so that back-to-back calls
+# read cold weights, as a decode loop does layer after layer. The graph replay (20 calls queued at
+# once) then shows what the launch gaps of cold-L2 events hide; with one weight it would time an
+# L2-resident matrix at the seed shape's size (33 MB against the H100's 50 MB L2).
+WEIGHT_TURN_L2S = 3  # one turn over the copies reads at least this many L2 sizes
+
+
+def weight_copies(weight_bytes: float, device: torch.device) -> int:
+    """How many distinct weights a GEMV row rotates through: at least two, and at least
+    WEIGHT_TURN_L2S L2 sizes per turn (one on the CPU, which has nothing to keep cold)."""
+    if device.type != "cuda":
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20
+    return max(2, math.ceil(WEIGHT_TURN_L2S * l2 / weight_bytes))
+
+
+class Rotation:
+    """fn(inputs[0]), fn(inputs[1]), ... in turn. `last` is the input of the latest call, against
+    which its output is checked (in a captured graph: the last captured call, which every replay
+    repeats)."""
+
+    def __init__(self, inputs: list, fn: Callable[[object], object]):
+        self.inputs, self.fn, self.calls, self.last = inputs, fn, 0, None
+
+    def __call__(self) -> object:
+        self.last = self.inputs[self.calls % len(self.inputs)]
+        self.calls += 1
+        return self.fn(self.last)
+
+
 def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | None) -> list[Case]:
     """FP4 x FP4 and FP4 x bf16 for NVFP4 and MXFP4 A; baselines use the NVFP4 x bf16 bytes."""
     b_dense = torch.randn(l, k, device=device, dtype=torch.bfloat16)
     weights = m * k * l
+    copies = weight_copies(weights * NVFP4_BYTES, device)
     cases = []
     for fmt, quantize, elem_bytes in (("nvfp4", ops.quantize_nvfp4, NVFP4_BYTES),
                                       ("mxfp4", ops.quantize_mxfp4, MXFP4_BYTES)):
-        a = quantize(torch.randn(l, m, k, device=device, dtype=torch.bfloat16))
+        a_copies = [quantize(torch.randn(l, m, k, device=device, dtype=torch.bfloat16)) for _ in range(copies)]
         b_fp4 = quantize(b_dense)
         for kind, b, b_bytes in ((f"{fmt} x {fmt}", b_fp4, k * elem_bytes), (f"{fmt} x bf16", b_dense, 2 * k)):
+            calls = Rotation(a_copies, lambda a, b=b: gemv(a, b))
             cases.append(Case("gemv", f"gemv {kind}", "fp4ops", kind, (m, k, l), weights,
                               l * (m * k * elem_bytes + b_bytes + 2 * m), "copy",
-                              fn=lambda a=a, b=b: gemv(a, b), check=lambda y, a=a, b=b: _gemv_check(y, a, b),
-                              graph=True))
+                              fn=calls, check=lambda y, calls=calls, b=b: _gemv_check(y, calls.last, b),
+                              graph=True, graph_cold=device.type == "cuda"))
         if fmt == "nvfp4":
-            nv_a, nv_b = a, b_fp4
+            nv_copies, nv_b = a_copies, b_fp4
+
     # Read-only kernels over the same bytes, cold: what merely reading this much costs. The ceilings
     # are measured over 512 MB; a read of a few tens of MB spends a visible share of its time
     # ramping up and draining, which no GEMV of that size avoids either (docs/performance.md).
@@ -219,12 +254,14 @@ def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | N
         return cases
     w = torch.randn(l, m, k, device=device, dtype=torch.bfloat16)
     mm_skip = scaled_mm_skip(device)
-    for impl, fn, skip in (("dequantize + torch.matmul", dequantize_then_matmul(nv_a, b_dense), ""),
+    # The FP4 baselines rotate through fp4ops' weights too; the bf16 matrix alone is 3.6x their bytes.
+    for impl, fn, skip in (("dequantize + torch.matmul", Rotation(nv_copies, lambda a: dequantize_then_matmul(a, b_dense)()), ""),
                            ("bf16 torch.matmul", dense_matmul(w, b_dense), ""),
-                           ("torch._scaled_mm", lambda: reference.scaled_mm_gemv(nv_a, nv_b), mm_skip)):
+                           ("torch._scaled_mm", Rotation(nv_copies, lambda a: reference.scaled_mm_gemv(a, nv_b)), mm_skip)):
         cases.append(Case("gemv", "gemv nvfp4 x bf16" if impl != "torch._scaled_mm" else "gemv nvfp4 x nvfp4", impl,
                           "nvfp4 x bf16", (m, k, l), weights, read_bytes, "copy", None if skip else fn,
-                          lambda _: "timed only (different rounding)", skip, graph=True))
+                          lambda _: "timed only (different rounding)", skip, graph=True,
+                          graph_cold=device.type == "cuda" and impl != "bf16 torch.matmul"))
     return cases
 
 

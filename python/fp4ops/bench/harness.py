@@ -99,9 +99,10 @@ class Timer:
         return Timing(us=statistics.median(times), output=out, us_min=min(times), us_p90=deciles[-1])
 
     def graph(self, fn: Callable[[], object], timing: Timing) -> Timing:
-        """Adds the graph-replay figure to `timing`: GRAPH_CALLS calls captured once, replayed
-        (warm L2: the same input each call, as in a decode loop), median of 10 replays. The
-        output checked is then the graph's, i.e. the last captured call's."""
+        """Adds the graph-replay figure to `timing`: GRAPH_CALLS calls captured once, replayed,
+        median of 10 replays. Warm L2 where fn takes the same input each call (a decode loop's
+        activations); cold where fn rotates through distinct inputs (the GEMV's weights:
+        cases.Rotation). The output checked is then the graph's, i.e. the last captured call's."""
         if not self.cuda:
             timing.graph_note = "no CUDA"
             return timing

@@ -32,7 +32,9 @@ def table(result: dict) -> str:
         if "us" not in r:
             rows.append([r["op"], r["impl"], r["dtype"], size_label(r), "", "", "", "", f"skipped: {r['skip']}"])
             continue
-        graph = _us(r["us_graph"]) if r.get("us_graph") is not None else r.get("graph_note", "")
+        graph = r.get("graph_note", "")
+        if r.get("us_graph") is not None:
+            graph = _us(r["us_graph"]) + (" (cold, distinct inputs)" if r.get("graph_cold") else "")
         launches = f" ({r['launches']} launch{'es' if r['launches'] != 1 else ''})" if r.get("launches") else ""
         rows.append([r["op"], r["impl"], r["dtype"], size_label(r), _us(r["us"]), graph, f"{r['GBps']:.0f}",
                      f"{r['pct']:.1f}% of {r['ceiling']}", r["check"] + launches])

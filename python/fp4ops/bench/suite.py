@@ -54,7 +54,7 @@ def measure(case: Case, timer: Timer, ceilings: dict[str, float]) -> dict:
             raise
         return {**row, "skip": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"}
     gbps = case.bytes / timing.us / 1e3
-    return {**row, "us": timing.us, "us_min": timing.us_min, "us_p90": timing.us_p90, "us_graph": timing.us_graph, "graph_note": timing.graph_note, "retries": timing.retries, "GBps": gbps,
+    return {**row, "us": timing.us, "us_min": timing.us_min, "us_p90": timing.us_p90, "us_graph": timing.us_graph, "graph_cold": case.graph_cold, "graph_note": timing.graph_note, "retries": timing.retries, "GBps": gbps,
             "pct": 100 * gbps / ceilings[case.ceiling], "launches": launches, "check": "; ".join(dict.fromkeys(verdicts))}
 
 

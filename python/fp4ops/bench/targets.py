@@ -18,6 +18,7 @@ class Target:
     measured: str
     worst: str
     met: bool | None  # None: nothing measured
+    row: dict | None = None  # the worst case's row, where one row decides
 
 
 def _rows(result: dict, *, op=None, impl="fp4ops", family=None, sizes=TARGET_SIZES, dtypes=None) -> list[dict]:
@@ -49,7 +50,16 @@ def _min_pct(name: str, goal: float, rows: list[dict]) -> Target:
     if not rows:
         return Target(name, f">= {goal:g}%", "not measured", "", None)
     worst = min(rows, key=lambda r: r["pct"])
-    return Target(name, f">= {goal:g}%", f"{worst['pct']:.1f}%", _where(worst), worst["pct"] >= goal)
+    return Target(name, f">= {goal:g}%", f"{worst['pct']:.1f}%", _where(worst), worst["pct"] >= goal, worst)
+
+
+def _with_cold_graph(target: Target) -> Target:
+    """Adds the worst case's back-to-back figure (graph replay over distinct weights, cold in L2)
+    to the measured text. The verdict stays on the cold-L2 CUDA-event timing of single calls."""
+    r = target.row
+    if r is not None and r.get("graph_cold") and r.get("us_graph"):
+        target.measured += f" ({r['pct'] * r['us'] / r['us_graph']:.1f}% back to back)"
+    return target
 
 
 def _min_ratio(name: str, goal: float, pairs: list[tuple[float, str]], unit: str = "x") -> Target:
@@ -82,8 +92,10 @@ def evaluate(result: dict) -> list[Target]:
                     f"{worst[0]:.3f}" if worst else "not measured", worst[1] if worst else "",
                     worst[0] <= 1.05 if worst else None))
     gemv = _rows(result, family="gemv")
-    t.append(_min_pct("GEMV, seed shapes, % of copy", 85, [r for r in gemv if tuple(r["shape"]) in GEMV_SEED_SHAPES]))
-    t.append(_min_pct("GEMV, 2^28 weights, % of copy", 90, [r for r in gemv if tuple(r["shape"]) == GEMV_2POW28_SHAPE]))
+    t.append(_with_cold_graph(_min_pct("GEMV, seed shapes, % of copy", 85,
+                                       [r for r in gemv if tuple(r["shape"]) in GEMV_SEED_SHAPES])))
+    t.append(_with_cold_graph(_min_pct("GEMV, 2^28 weights, % of copy", 90,
+                                       [r for r in gemv if tuple(r["shape"]) == GEMV_2POW28_SHAPE])))
     # Decode: 1 x 4096 NVFP4 quantize with its own amax, one launch, <= 5 us of device time.
     decode = [r for r in _rows(result, op="nvfp4 quantize (own amax)", sizes=None) if tuple(r["shape"]) == (1, 4096)]
     if decode:
