@@ -240,7 +240,6 @@ def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | N
                               graph=True, graph_cold=device.type == "cuda"))
         if fmt == "nvfp4":
             nv_copies, nv_b = a_copies, b_fp4
-
     # Read-only kernels over the same bytes, cold: what merely reading this much costs. The ceilings
     # are measured over 512 MB; a read of a few tens of MB spends a visible share of its time
     # ramping up and draining, which no GEMV of that size avoids either (docs/performance.md).
