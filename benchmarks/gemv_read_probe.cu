@@ -35,10 +35,13 @@ __device__ __forceinline__ void cp16_hint(uint32_t dst, const void* src) {
 __device__ __forceinline__ void commit() { fp4ops::cuda::cp_async_commit(); }
 template <int N> __device__ __forceinline__ void waitg() { fp4ops::cuda::cp_async_wait<N>(); }
 
-// Group gi's tiles [begin, end), shared out as the GEMV launcher does (MmaSchedule).
-__device__ __forceinline__ int2 share_of(int64_t tiles, int64_t groups_total, int64_t gi, int wk) {
-  const MmaSchedule schedule{wk, tiles / groups_total, tiles % groups_total};
-  return make_int2(static_cast<int>(schedule.share_begin(gi)), static_cast<int>(schedule.share_begin(gi + 1)));
+// This CTA's group `group` (of `groups`): its tiles [begin, end), shared out as the GEMV does
+// (MmaSchedule: an even share per CTA, split evenly among its groups).
+__device__ __forceinline__ int2 share_of(int64_t tiles, int groups, int group, int wk) {
+  const MmaSchedule schedule{wk, tiles / gridDim.x, tiles % gridDim.x};
+  int64_t begin, end;
+  schedule.group_tiles(blockIdx.x, group, groups, &begin, &end);
+  return make_int2(static_cast<int>(begin), static_cast<int>(end));
 }
 
 // A warp's ring of kStages 1-KB stages over `units` steps: `issue` copies the next step (one
@@ -91,8 +94,8 @@ __global__ void __launch_bounds__(512, 2) gemv_pattern(const uint8_t* a, int64_t
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   uint8_t* ring = smem + warp * kStages * 1024;
   const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
-  const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
-  const int2 share = share_of(tiles, G, gi, wk);
+  const int64_t tiles = rows / 16;
+  const int2 share = share_of(tiles, groups, group, wk);
   const int64_t begin = share.x, end = share.y;
   const int segs = (int)(row_bytes / 64), count = (segs - kw + wk - 1) / wk;
   const int units = (int)(end - begin) * count;
@@ -118,8 +121,8 @@ __global__ void __launch_bounds__(512, 2) gemv_rows(const uint8_t* a, int64_t ro
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint8_t* ring = smem + warp * kStages * 1024;
   const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
-  const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
-  const int2 share = share_of(tiles, G, gi, wk);
+  const int64_t tiles = rows / 16;
+  const int2 share = share_of(tiles, groups, group, wk);
   const int64_t begin = share.x, end = share.y;
   const int segs = (int)(row_bytes / 64), turns = segs / wk;  // assumes wk divides segs
   const int units = (int)(end - begin) * turns;
@@ -149,8 +152,8 @@ __global__ void __launch_bounds__(512, 2) gemv_rows_per_tile(const uint8_t* a, i
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint8_t* ring = smem + warp * kStages * 1024;
   const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
-  const int64_t tiles = rows / kRows, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
-  const int2 share = share_of(tiles, G, gi, wk);
+  const int64_t tiles = rows / kRows;
+  const int2 share = share_of(tiles, groups, group, wk);
   const int segs = (int)(row_bytes / kPieceBytes), count = (segs - kw + wk - 1) / wk;
   const int units = (share.y - share.x) * count;
   int issued = 0;
@@ -182,8 +185,8 @@ template <int kDepth>
 __global__ void __launch_bounds__(512, 2) gemv_pattern_regs(const uint8_t* a, int64_t rows, int64_t row_bytes, int wk, unsigned* sink) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int groups = (blockDim.x / 32) / wk, group = warp / wk, kw = warp % wk;
-  const int64_t tiles = rows / 16, G = (int64_t)gridDim.x * groups, gi = (int64_t)blockIdx.x * groups + group;
-  const int2 share = share_of(tiles, G, gi, wk);
+  const int64_t tiles = rows / 16;
+  const int2 share = share_of(tiles, groups, group, wk);
   const int segs = (int)(row_bytes / 64), count = (segs - kw + wk - 1) / wk;
   const int units = (share.y - share.x) * count;
   const auto src = [&](int u) {

@@ -36,5 +36,6 @@ float time_ms(F launch, const uint8_t* flush, size_t flush_bytes) {
     cudaEventElapsedTime(&ms, s, e);
     if (r >= 2) total += ms;
   }
+  cudaEventDestroy(s), cudaEventDestroy(e);
   return total / reps;
 }
