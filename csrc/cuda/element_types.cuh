@@ -73,17 +73,29 @@ __device__ __forceinline__ void load_block16(const T* __restrict__ x, int64_t b,
   raw[1] = load_vec8<T, kAligned>(x, 2 * b + 1);
 }
 
+// w & 0xFFFF0000 as two integer multiplies (w >> 16 as the high word of w * 2^16, then * 2^16):
+// IMADs run on the FMA pipe, which the plain quantizer leaves mostly idle, where the mask would
+// take the ALU pipe that bounds it (written in PTX so that the compiler does not fold it back
+// into a mask). Only for kernels whose FMA pipe is idle: the recipe's Hadamard, 2D and
+// stochastic-rounding kernels lost 0.5 to 3 points of copy with it on an H200.
+__device__ __forceinline__ uint32_t high_half_in_place(uint32_t w) {
+  uint32_t out;
+  asm("{\n\t.reg .u32 hi;\n\tmul.hi.u32 hi, %1, 65536;\n\tmul.lo.u32 %0, hi, 65536;\n\t}" : "=r"(out) : "r"(w));
+  return out;
+}
+
 // Eight elements widened to fp32 (exact), into v[0..7]. bf16 pairs by bit operations: the low
 // element shifted up, the high one masked in place (the compiler's own widening moved the high
 // half down and back up: 3 instructions per pair instead of 2, sm_90 SASS).
-template <typename T>
+// kHighHalfOnFmaPipe: the high element by high_half_in_place instead of the mask.
+template <typename T, bool kHighHalfOnFmaPipe = false>
 __device__ __forceinline__ void widen8(const Vec8<T>& raw, float* v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       v[2 * j] = __uint_as_float(words[j] << 16);
-      v[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+      v[2 * j + 1] = __uint_as_float(kHighHalfOnFmaPipe ? high_half_in_place(words[j]) : words[j] & 0xFFFF0000u);
     }
   } else {
 #pragma unroll
@@ -92,10 +104,10 @@ __device__ __forceinline__ void widen8(const Vec8<T>& raw, float* v) {
 }
 
 // Two loaded groups of eight (16 elements, one NVFP4 block of 16-bit x) widened to fp32.
-template <typename T>
+template <typename T, bool kHighHalfOnFmaPipe = false>
 __device__ __forceinline__ void widen16(const Vec8<T> (&raw)[2], float (&v)[16]) {
-  widen8<T>(raw[0], v);
-  widen8<T>(raw[1], v + 8);
+  widen8<T, kHighHalfOnFmaPipe>(raw[0], v);
+  widen8<T, kHighHalfOnFmaPipe>(raw[1], v + 8);
 }
 
 // The same eight elements widened to fp32 (exact).

@@ -65,14 +65,28 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
   const int lane = threadIdx.x % 32;
   for (int64_t warp_base = first - lane; warp_base < num_chunks; warp_base += stride) {
     // Work item u (scale-memory order, see ScaleIndex) is chunk c: lane u % kLanesPerBlock of
-    // block u / kLanesPerBlock's position in the layout's walk.
-    const int64_t u = warp_base + lane;
-    const bool active = u < num_chunks;
-    const int64_t block = active ? scale_index.block_at(u / kLanesPerBlock) : 0;
-    const int64_t c = block * kLanesPerBlock + u % kLanesPerBlock;
-    float v[kN] = {};
-    if (active) load_chunk32<T, kAligned>(x, c, v);
-    uint32_t m = max_abs_bits(v);
+    // block u / kLanesPerBlock's position in the layout's walk. Lanes past the end redo the last
+    // item and store nothing: a block's lanes are all past the end or none is (num_chunks counts
+    // whole blocks, warp_base is a multiple of 32), so their maxima never meet a live block's,
+    // and no registers are zeroed per step for them. u is unsigned so that / and % are shifts.
+    const bool active = warp_base + lane < num_chunks;
+    const uint64_t u = static_cast<uint64_t>(active ? warp_base + lane : num_chunks - 1);
+    const int64_t block = scale_index.block_at(static_cast<int64_t>(u / kLanesPerBlock));
+    const int64_t c = block * kLanesPerBlock + static_cast<int64_t>(u % kLanesPerBlock);
+    float v[kN];
+    uint32_t m;
+    if constexpr (sizeof(T) == 2) {
+      // The block max on the loaded words (max_abs_bits16: half the ALU-pipe instructions of
+      // the max on the widened values), bf16 widened partly on the idle FMA pipe: the ALU pipe
+      // is what bounds this loop on an H200.
+      Vec8<T> raw[2];
+      load_block16<T, kAligned>(x, c, raw);
+      widen16<T, /*kHighHalfOnFmaPipe=*/true>(raw, v);
+      m = max_abs_bits16(raw);
+    } else {
+      load_chunk32<T, kAligned>(x, c, v);
+      m = max_abs_bits(v);
+    }
 #pragma unroll
     for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
     const bool finite = m < kInfBits;
@@ -82,7 +96,7 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
     for (int w = 0; w < kN / 8; ++w) words[w] = encode_element_octet(enc, v + 8 * w);
     if (active) {
       __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
-      if (u % kLanesPerBlock == 0) scales[scale_index.scale_at(u / kLanesPerBlock, block)] = static_cast<uint8_t>(enc.scale_code);
+      if (u % kLanesPerBlock == 0) scales[scale_index.scale_at(static_cast<int64_t>(u / kLanesPerBlock), block)] = static_cast<uint8_t>(enc.scale_code);
     }
   }
 }
