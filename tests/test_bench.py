@@ -15,7 +15,7 @@ pytest.importorskip("tqdm")
 
 from fp4ops.bench import main, report, targets  # noqa: E402
 from fp4ops.bench.cases import Case, Rotation, weight_copies  # noqa: E402
-from fp4ops.bench.harness import Timer  # noqa: E402
+from fp4ops.bench.harness import MEDIAN_LIMIT, MEDIAN_RULE_MIN_US, SPREAD_LIMIT, SPREAD_RETRIES, Timer, Timing, disturbed  # noqa: E402
 from fp4ops.bench.suite import CheckFailed, measure  # noqa: E402
 
 
@@ -75,6 +75,50 @@ def test_failing_baseline_loses_only_its_row():
     case = Case("amax", "amax", "reference (eager)", "float32", (4, 32), 128, 512.0, "read", fn=broken)
     row = measure(case, Timer(torch.device("cpu"), reps=2), {"copy": 1.0, "read": 1.0})
     assert row["skip"] == "failed: RuntimeError: out of memory" and "us" not in row
+
+
+def test_disturbed_spreads():
+    assert not disturbed(Timing(us=101.0, output=None, us_min=100.0, us_p90=103.0))
+    assert disturbed(Timing(us=100.0 * MEDIAN_LIMIT + 0.5, output=None, us_min=100.0, us_p90=140.0))  # median
+    assert disturbed(Timing(us=101.0, output=None, us_min=100.0, us_p90=100.0 * SPREAD_LIMIT + 1))  # tail
+    short = MEDIAN_RULE_MIN_US / 2  # microsecond calls jitter: only the tail rule applies to them
+    assert not disturbed(Timing(us=short * 1.2, output=None, us_min=short, us_p90=short * 1.5))
+
+
+class _ScriptedTimer(Timer):
+    """A CUDA timer without a GPU: each cold attempt returns the next scripted timing."""
+
+    def __init__(self, attempts):
+        super().__init__(torch.device("cpu"), reps=3)
+        self.cuda = True
+        self.attempts = list(attempts)
+
+    def _sync(self):
+        pass
+
+    def _cold_attempt(self, fn, reps):
+        return self.attempts.pop(0)
+
+
+def _timing(median, fastest=100.0, p90=None):
+    return Timing(us=median, output=None, us_min=fastest, us_p90=p90 or median * 1.02)
+
+
+def test_cold_retimes_a_disturbed_row_and_keeps_the_smallest_median():
+    timer = _ScriptedTimer([_timing(116.0), _timing(101.0), _timing(130.0)])
+    best = timer.cold(lambda: None)
+    assert (best.us, best.retries) == (101.0, 1) and len(timer.attempts) == 1  # stopped at the clean attempt
+
+
+def test_cold_gives_up_after_the_retries():
+    timer = _ScriptedTimer([_timing(120.0), _timing(118.0)] + [_timing(125.0)] * (SPREAD_RETRIES - 1))
+    best = timer.cold(lambda: None)
+    assert (best.us, best.retries) == (118.0, SPREAD_RETRIES) and not timer.attempts
+
+
+def test_cold_times_a_clean_row_once():
+    timer = _ScriptedTimer([_timing(101.0), _timing(99.0)])
+    assert timer.cold(lambda: None).us == 101.0 and len(timer.attempts) == 1
 
 
 def _row(op, impl, us, pct=50.0, numel=1 << 26, dtype="bfloat16", family="x", shape=(16384, 4096)):
