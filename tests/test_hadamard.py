@@ -54,3 +54,23 @@ def test_rotated_gemv_through_nvfp4_equals_the_unrotated_product_with_the_quanti
 def test_rht_rejects_a_last_dimension_not_a_multiple_of_16():
     with pytest.raises(ValueError, match="x: expected the last dimension to be a multiple of 16, got 24"):
         reference.rht(torch.randn(2, 24))
+
+
+def test_seeded_signs_are_drawn_once_per_seed(monkeypatch):
+    # Drawing the signs builds a torch.Generator (~30 us of host time): a loop quantizing with the
+    # same seed every step draws them once; the codes are those of freshly drawn signs.
+    from fp4ops import ops
+
+    draws = []
+    real = reference.rht_signs
+    monkeypatch.setattr(reference, "rht_signs", lambda seed=None, device=None: draws.append(seed) or real(seed, device))
+    ops._sign_mask_of_seed.cache_clear()
+    x = torch.randn(4, 64)
+    first = fp4ops.quantize_nvfp4(x, hadamard=12345)
+    second = fp4ops.quantize_nvfp4(x, hadamard=12345)
+    fp4ops.quantize_nvfp4(x, hadamard=54321)
+    assert draws == [12345, 54321]
+    assert torch.equal(first.data, second.data) and torch.equal(first.scales, second.scales)
+    ops._sign_mask_of_seed.cache_clear()
+    fresh = fp4ops.quantize_nvfp4(x, hadamard=real(12345).tolist())
+    assert torch.equal(first.data, fresh.data) and torch.equal(first.scales, fresh.scales)

@@ -6,6 +6,8 @@ Wrong types and dtypes raise TypeError; wrong values, shapes and devices raise V
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, scale_shape, swizzled_shape, unpacked_shape
@@ -165,17 +167,27 @@ def quantize_nvfp4_rowwise_columnwise(x: torch.Tensor, global_scale=None, *, sca
             NVFP4Tensor(outs[3], outs[4], outs[5].detach(), scale_layout))
 
 
+@functools.lru_cache(maxsize=256)
+def _sign_mask_of_seed(seed: int | None) -> int:
+    """The kernels' sign mask for rht_signs(seed) (seed None: Transformer Engine's signs), once per
+    seed: drawing the signs builds a torch.Generator, ~30 us of host time (2 CPU cores, torch
+    2.15) that a loop quantizing with the same seed every step would otherwise pay every call."""
+    from .reference import TE_RHT_SIGNS, hadamard_sign_mask, rht_signs
+
+    return hadamard_sign_mask(TE_RHT_SIGNS if seed is None else rht_signs(seed).tolist())
+
+
 def _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset):
     """(block_2d, hadamard_signs, seed, offset) for quantize_nvfp4_recipe, or None when every
     option is off (the plain quantizer gives the same bits, faster)."""
-    from .reference import TE_RHT_SIGNS, hadamard_sign_mask, rht_signs
+    from .reference import hadamard_sign_mask
 
     if hadamard is True:
-        signs = hadamard_sign_mask(TE_RHT_SIGNS)
+        signs = _sign_mask_of_seed(None)
     elif hadamard is False or hadamard is None:
         signs = -1
     elif isinstance(hadamard, int):
-        signs = hadamard_sign_mask(rht_signs(hadamard).tolist())
+        signs = _sign_mask_of_seed(hadamard)
     else:
         signs = hadamard_sign_mask(torch.as_tensor(hadamard).flatten().tolist())
     if not isinstance(block_2d, bool):
