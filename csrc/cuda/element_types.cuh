@@ -189,4 +189,17 @@ __device__ __forceinline__ uint32_t max_abs_bits16(const Vec8<T> (&raw)[2]) {
   return __float_as_uint(max_nan(fabsf(to_float(lanes[0])), fabsf(to_float(lanes[1]))));
 }
 
+// max_abs_bits of loaded groups of eight, as stored: on the words for 16-bit x (max_abs_bits16,
+// a block of 16), on the values themselves for fp32 (widening fp32 is the identity).
+template <typename T, int kGroups>
+__device__ __forceinline__ uint32_t loaded_max_bits(const Vec8<T> (&raw)[kGroups]) {
+  if constexpr (sizeof(T) == 2) {
+    static_assert(kGroups == 2, "max_abs_bits16 takes one block of 16");
+    return max_abs_bits16(raw);
+  } else {
+    static_assert(std::is_same_v<T, float>, "16-bit or fp32 x");
+    return max_abs_bits(reinterpret_cast<const float(&)[8 * kGroups]>(raw));
+  }
+}
+
 }  // namespace fp4ops::cuda

@@ -48,6 +48,31 @@ struct Mxfp4Source {
   __device__ __forceinline__ void publish(const Mxfp4Format&) const {}
 };
 
+// The codes of eight loaded elements of a block encoded as `enc` (encode_element_octet on the
+// widened values; bf16 widened partly on the FMA pipe, which this loop leaves idle). MXFP4 of bf16
+// x without FP4 instructions skips the widening: its element multiplier 2^(127 - e) is a power of
+// two that bf16 holds (e <= 253 for a finite block), so x * 2^(127 - e) in bf16x2 is exact
+// wherever it is 2^-126 or more, and below that it is an E2M1 zero of x's sign either way. The
+// products are encoded as they are: no fp32 multiplies, no widening, no round-to-odd step.
+template <class Format, typename T>
+__device__ __forceinline__ uint32_t encode_loaded_octet(const BlockEncoding& enc, const Vec8<T>& raw) {
+#if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Format, Mxfp4Format>) {
+    const uint32_t half_bits = __float_as_uint(enc.element_multiplier) >> 16;  // exact: a power of two
+    const __nv_bfloat162 multiplier = bits_as_bf16x2(half_bits | half_bits << 16);
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
+    uint32_t products[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) products[j] = bf16x2_as_bits(__hmul2(bits_as_bf16x2(words[j]), multiplier));
+    const uint32_t word = e2m1x8_encode_bf16x2_not_nan(products);
+    return enc.zero_codes ? 0u : word;
+  }
+#endif
+  float v[8];
+  widen8<T, /*kHighHalfOnFmaPipe=*/true>(raw, v);
+  return encode_element_octet(enc, v);
+}
+
 // Quantize chunks [0, num_chunks) from this thread's grid-stride share. The loop runs warp-
 // uniformly so every lane takes part in the shuffles; lanes past the end carry zeros and store
 // nothing. Requires blockDim.x and the stride to be multiples of 32.
@@ -71,32 +96,25 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
     // and no registers are zeroed per step for them. u is unsigned so that / and % are shifts.
     const bool active = warp_base + lane < num_chunks;
     const uint64_t u = static_cast<uint64_t>(active ? warp_base + lane : num_chunks - 1);
-    const int64_t block = scale_index.block_at(static_cast<int64_t>(u / kLanesPerBlock));
+    const int64_t position = static_cast<int64_t>(u / kLanesPerBlock);  // in the layout's walk
+    const int64_t block = scale_index.block_at(position);
     const int64_t c = block * kLanesPerBlock + static_cast<int64_t>(u % kLanesPerBlock);
-    float v[kN];
-    uint32_t m;
-    if constexpr (sizeof(T) == 2) {
-      // The block max on the loaded words (max_abs_bits16: half the ALU-pipe instructions of
-      // the max on the widened values), bf16 widened partly on the idle FMA pipe: the ALU pipe
-      // is what bounds this loop on an H200.
-      Vec8<T> raw[2];
-      load_block16<T, kAligned>(x, c, raw);
-      widen16<T, /*kHighHalfOnFmaPipe=*/true>(raw, v);
-      m = max_abs_bits16(raw);
-    } else {
-      load_chunk32<T, kAligned>(x, c, v);
-      m = max_abs_bits(v);
-    }
+    Vec8<T> raw[kN / 8];
+#pragma unroll
+    for (int g = 0; g < kN / 8; ++g) raw[g] = load_vec8<T, kAligned>(x, c * (kN / 8) + g);
+    // On the loaded words for 16-bit x (max_abs_bits16: half the ALU-pipe instructions of the
+    // max on widened values; the ALU pipe is what bounds this loop on an H200).
+    uint32_t m = loaded_max_bits(raw);
 #pragma unroll
     for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
     const bool finite = m < kInfBits;
     const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
     uint32_t words[kN / 8];
 #pragma unroll
-    for (int w = 0; w < kN / 8; ++w) words[w] = encode_element_octet(enc, v + 8 * w);
+    for (int w = 0; w < kN / 8; ++w) words[w] = encode_loaded_octet<Format>(enc, raw[w]);
     if (active) {
       __stcs(reinterpret_cast<Codes*>(data) + c, *reinterpret_cast<const Codes*>(words));
-      if (u % kLanesPerBlock == 0) scales[scale_index.scale_at(static_cast<int64_t>(u / kLanesPerBlock), block)] = static_cast<uint8_t>(enc.scale_code);
+      if (u % kLanesPerBlock == 0) scales[scale_index.scale_at(position, block)] = static_cast<uint8_t>(enc.scale_code);
     }
   }
 }

@@ -58,17 +58,6 @@ __device__ __forceinline__ uint32_t finite_max_bits16(const float (&v)[16]) {
   return m;
 }
 
-// max_abs_bits of a loaded block (its elements `v` widened from `raw`): on the packed words for
-// 16-bit x (max_abs_bits16, half the ALU instructions), on the widened values for fp32.
-template <typename T>
-__device__ __forceinline__ uint32_t loaded_max_bits(const Vec8<T> (&raw)[2], const float (&v)[16]) {
-  if constexpr (sizeof(T) == 2) {
-    return max_abs_bits16(raw);
-  } else {
-    return max_abs_bits(v);
-  }
-}
-
 // Encode one block and store its 8 code bytes and its scale (at byte scale_offset of the scales).
 // `max_bits` >= kInfBits: non-finite. b is the block's index in its direction's output. The
 // format is the CTA's tabulated one (Nvfp4TabulatedFormat: same bits as Nvfp4Format, without a
@@ -183,7 +172,7 @@ recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvf
     }
     float v[16];
     widen16<T>(raw, v);
-    const uint32_t loaded_max = loaded_max_bits(raw, v);  // the rowwise block max without a rotation
+    const uint32_t loaded_max = loaded_max_bits(raw);  // the rowwise block max without a rotation
     if (opt.block_2d) group_max[tb][tr] = loaded_max;
     if (opt.columnwise) {
 #pragma unroll
@@ -354,7 +343,7 @@ __device__ __forceinline__ void quantize_strips(const T* __restrict__ x, const S
   for (uint32_t u = blockIdx.x; u < units.count; u += gridDim.x, buffer ^= 1) {
     float v[16];
     widen16<T>(raw, v);
-    const uint32_t own_max = loaded_max_bits(raw, v);
+    const uint32_t own_max = loaded_max_bits(raw);
     const StripBlock next = strip_block(units, u + gridDim.x, row, lane);
     if (next.valid) {
       load_block16<T, kAligned>(x, next.b, raw);
