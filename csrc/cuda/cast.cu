@@ -54,8 +54,8 @@ at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype) {
     using T = typename decltype(tag)::type;
     const uint8_t* in = packed.const_data_ptr<uint8_t>();
     T* values = static_cast<T*>(out.mutable_data_ptr());
-    if (is_aligned(in, 4) && is_aligned(values, 16)) {
-      const unsigned grid = grid_for(num_bytes / 4, kThreads, kFromE2m1MaxSteps);
+    if (is_aligned(in, kCastFromE2m1BytesPerStep<T>) && is_aligned(values, 16)) {
+      const unsigned grid = grid_for(num_bytes / kCastFromE2m1BytesPerStep<T>, kThreads, kFromE2m1MaxSteps);
       cast_from_e2m1_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, values, num_bytes);
     } else {
       cast_from_e2m1_kernel<T, false><<<grid_for(num_bytes, kThreads), kThreads, 0, stream>>>(in, values, num_bytes);

@@ -2,11 +2,35 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/fp4_format.h"
 #include "element_types.cuh"
 
 namespace fp4ops::cuda {
+
+// Eight elements as stored into one word of codes, element i in nibble i (SPEC 1, NaN included).
+// bf16 without FP4 instructions is encoded as it is (e2m1x8_encode_bf16x2_not_nan: no widening,
+// no round-to-odd step), after min(x, +Inf), which is x except that NaN gives +Inf (min returns
+// the operand that is not NaN): a code 7 of either sign's NaN, as SPEC 1 asks.
+template <typename T>
+__device__ __forceinline__ uint32_t e2m1x8_encode_group(const Vec8<T>& raw) {
+#if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
+    uint32_t pairs[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pairs[j] = bf16x2_as_bits(__hmin2(bits_as_bf16x2(words[j]), bits_as_bf16x2(0x7F807F80u)));
+    return e2m1x8_encode_bf16x2_not_nan(pairs);
+  }
+#endif
+  float v[8];
+  widen8<T>(raw, v);
+  uint32_t word = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) word |= e2m1x2_encode(v[2 * j], v[2 * j + 1]) << (8 * j);
+  return word;
+}
 
 // in [numel] -> out [numel / 2] packed. kVectorized: 8 elements (16 or 32 bytes, 16-byte
 // aligned) in, one 4-byte word out per step; otherwise one byte per step, any alignment.
@@ -18,12 +42,7 @@ __global__ void cast_to_e2m1_kernel(const T* __restrict__ in, uint8_t* __restric
   if constexpr (kVectorized) {
     const int64_t num_vectors = numel / 8;
     for (int64_t i = first; i < num_vectors; i += stride) {
-      float v[8];
-      widen8<T>(load_vec8_streaming(in + i * 8), v);
-      uint32_t word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) word |= e2m1x2_encode(v[2 * j], v[2 * j + 1]) << (8 * j);
-      reinterpret_cast<uint32_t*>(out)[i] = word;
+      reinterpret_cast<uint32_t*>(out)[i] = e2m1x8_encode_group(load_vec8_streaming(in + i * 8));
     }
     tail_begin = num_vectors * 4;
   }
@@ -32,27 +51,34 @@ __global__ void cast_to_e2m1_kernel(const T* __restrict__ in, uint8_t* __restric
   }
 }
 
-// in [num_bytes] packed -> out [2 * num_bytes]. kVectorized: 4 bytes in (4-byte aligned), 8
-// elements out as 16-byte vectors (16-byte aligned output); otherwise one byte per step.
+// in [num_bytes] packed -> out [2 * num_bytes]. kVectorized: one 16-byte store per step (8
+// bf16/fp16 outputs from 4 code bytes, 4 fp32 ones from 2; input aligned to those bytes, output
+// to 16), so a warp's stores are 512 contiguous bytes, as in dequantize_kernel; otherwise one
+// byte per step.
+template <typename T>
+constexpr int64_t kCastFromE2m1BytesPerStep = 8 / sizeof(T);
+
 template <typename T, bool kVectorized>
 __global__ void cast_from_e2m1_kernel(const uint8_t* __restrict__ in, T* __restrict__ out, int64_t num_bytes) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t tail_begin = 0;
   if constexpr (kVectorized) {
-    const int64_t num_words = num_bytes / 4;
-    for (int64_t i = first; i < num_words; i += stride) {
-      const uint32_t word = __ldcs(reinterpret_cast<const unsigned int*>(in) + i);
-      Vec8<T> y;
+    constexpr int kBytes = static_cast<int>(kCastFromE2m1BytesPerStep<T>);
+    using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
+    const int64_t num_steps = num_bytes / kBytes;
+    for (int64_t i = first; i < num_steps; i += stride) {
+      const uint32_t word = reinterpret_cast<const CodeWord*>(in)[i];
+      alignas(16) T y[2 * kBytes];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const Float2 pair = e2m1x2_decode((word >> (8 * j)) & 0xFFu);
-        y.v[2 * j] = from_float<T>(pair.even);
-        y.v[2 * j + 1] = from_float<T>(pair.odd);
+      for (int b = 0; b < kBytes; ++b) {
+        const Float2 pair = e2m1x2_decode((word >> (8 * b)) & 0xFFu);
+        y[2 * b] = from_float<T>(pair.even);
+        y[2 * b + 1] = from_float<T>(pair.odd);
       }
-      store_vec8(out + i * 8, y);
+      __stcs(reinterpret_cast<uint4*>(out + i * 2 * kBytes), *reinterpret_cast<const uint4*>(y));
     }
-    tail_begin = num_words * 4;
+    tail_begin = num_steps * kBytes;
   }
   for (int64_t i = tail_begin + first; i < num_bytes; i += stride) {
     const Float2 pair = e2m1x2_decode(in[i]);
