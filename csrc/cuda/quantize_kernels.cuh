@@ -74,8 +74,8 @@ __device__ __forceinline__ uint32_t encode_loaded_octet(const BlockEncoding& enc
 }
 
 // Quantize chunks [0, num_chunks) from this thread's grid-stride share. The loop runs warp-
-// uniformly so every lane takes part in the shuffles; lanes past the end carry zeros and store
-// nothing. Requires blockDim.x and the stride to be multiples of 32.
+// uniformly so every lane takes part in the shuffles; lanes past the end redo the last item and
+// store nothing. Requires blockDim.x and the stride to be multiples of 32.
 template <typename T, bool kAligned, class Format, class ScaleIndex>
 __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [num_chunks * kN]
                                                 int64_t num_chunks, int64_t first, int64_t stride,
