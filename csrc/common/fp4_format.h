@@ -141,6 +141,59 @@ FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
 }
 
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
+// The constants of steps 2 and 3 of e2m1x2_lanes_simd (below) in either 16-bit format T (bf16,
+// or fp16 for values that are exact in fp16): its packed pair type, 6 and 1 in both lanes, the exponent field, and the magic's parts. The
+// magic 2^(E + kMantissaBits - 1) with mantissa 2E is binade + (kMantissaBits - 1) in the
+// exponent + 2E: binade >> kMagicShift is 2E + 2 x bias per lane (no bits cross lanes), so the
+// constant is (kMantissaBits - 1) << kMantissaBits minus 2 x bias (bf16: 0x0300 - 254 = 0x0202;
+// fp16: 0x2400 - 30 = 0x23E2).
+template <typename T>
+struct E2m1Lanes16;
+template <>
+struct E2m1Lanes16<__nv_bfloat16> {
+  using Pair = __nv_bfloat162;
+  static constexpr uint32_t kSix = 0x40C040C0u, kOne = 0x3F803F80u, kExponent = 0x7F807F80u;
+  static constexpr uint32_t kInf = 0x7F807F80u, kMagicOffset = 0x02020202u;
+  static constexpr int kMagicShift = 6;
+};
+template <>
+struct E2m1Lanes16<__half> {
+  using Pair = __half2;
+  static constexpr uint32_t kSix = 0x46004600u, kOne = 0x3C003C00u, kExponent = 0x7C007C00u;
+  static constexpr uint32_t kInf = 0x7C007C00u, kMagicOffset = 0x23E223E2u;
+  static constexpr int kMagicShift = 9;
+};
+
+template <typename T>
+__device__ __forceinline__ typename E2m1Lanes16<T>::Pair bits_as_pair(uint32_t bits) {
+  return *reinterpret_cast<const typename E2m1Lanes16<T>::Pair*>(&bits);
+}
+template <typename Pair>
+__device__ __forceinline__ uint32_t pair_as_bits(Pair v) {
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Steps 2 and 3 for two magnitudes that are already T (`magnitudes`: [odd : even] lanes, sign
+// bits clear, exact or rounded to odd), with the signs taken from bits 15 and 31 of `signs`.
+// Returns the lanes as e2m1x2_lanes_simd does.
+template <typename T, bool kNibblesOnly>
+__device__ __forceinline__ uint32_t e2m1x2_lanes_of_16bit(uint32_t magnitudes, uint32_t signs) {
+  using C = E2m1Lanes16<T>;
+  const auto r = __hmin2(bits_as_pair<T>(magnitudes), bits_as_pair<T>(C::kSix));     // <= 6
+  const uint32_t binade = pair_as_bits(__hmax2(r, bits_as_pair<T>(C::kOne))) & C::kExponent;  // 2^E
+  const uint32_t magic = binade + (binade >> C::kMagicShift) + C::kMagicOffset;
+  const uint32_t sum = pair_as_bits(__hadd2(r, bits_as_pair<T>(magic)));
+  // Per lane: the code in bits 0..2 (the sum's mantissa, at most 7, so bit 3 is 0) and the sign
+  // in bit 3.
+  if constexpr (kNibblesOnly) {
+    uint32_t lanes;  // (sum & ~0x00080008) | ((signs >> 12) & 0x00080008): one lop3 (e2m1x8_pack_lanes)
+    asm("lop3.b32 %0, %1, %2, 0xFFF7FFF7, 0xE4;" : "=r"(lanes) : "r"(sum), "r"(signs >> 12));
+    return lanes;
+  } else {
+    return (sum & 0x00070007u) | ((signs >> 12) & 0x00080008u);
+  }
+}
+
 // Round to nearest even on the E2M1 grid for a pair, on a GPU without FP4 instructions (sm_90),
 // in bf16x2 SIMD: about 16 instructions per pair (SASS) where counting the midpoints below |y|
 // (SPEC 1's rule as written, 7 compares and their sums) took about 33. Steps, per 16-bit lane:
@@ -158,40 +211,13 @@ FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
 // above them; with kNibblesOnly, bits 4..15 and 20..31 are left as they fall (the sum's exponent:
 // one LOP3 per pair fewer, for e2m1x8_pack_lanes, which reads only the nibbles). Not for NaN (Inf
 // saturates to 6).
-__device__ __forceinline__ __nv_bfloat162 bits_as_bf16x2(uint32_t bits) {
-  return *reinterpret_cast<const __nv_bfloat162*>(&bits);
-}
-__device__ __forceinline__ uint32_t bf16x2_as_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
-
-// Steps 2 and 3 for two magnitudes that are already bf16 (`magnitudes`: [odd : even] lanes, sign
-// bits clear, exact or rounded to odd), with the signs taken from bits 15 and 31 of `signs`.
-// Returns the lanes as e2m1x2_lanes_simd does.
-template <bool kNibblesOnly>
-__device__ __forceinline__ uint32_t e2m1x2_lanes_of_bf16x2(uint32_t magnitudes, uint32_t signs) {
-  const __nv_bfloat162 r = __hmin2(bits_as_bf16x2(magnitudes), bits_as_bf16x2(0x40C040C0u));  // <= 6
-  const uint32_t binade = bf16x2_as_bits(__hmax2(r, bits_as_bf16x2(0x3F803F80u))) & 0x7F807F80u;  // 2^E
-  // binade + 6 in the exponent (lane bits 7..14) and 2E in the mantissa: binade >> 6 is 2E + 254
-  // per lane (no bits cross lanes), and 0x0300 - 254 = 0x0202.
-  const uint32_t magic = binade + (binade >> 6) + 0x02020202u;
-  const uint32_t sum = bf16x2_as_bits(__hadd2(r, bits_as_bf16x2(magic)));
-  // Per lane: the code in bits 0..2 (the sum's mantissa, at most 7, so bits 3..6 are 0) and the
-  // sign in bit 3.
-  if constexpr (kNibblesOnly) {
-    uint32_t lanes;  // (sum & ~0x00080008) | ((signs >> 12) & 0x00080008): one lop3 (e2m1x8_pack_lanes)
-    asm("lop3.b32 %0, %1, %2, 0xFFF7FFF7, 0xE4;" : "=r"(lanes) : "r"(sum), "r"(signs >> 12));
-    return lanes;
-  } else {
-    return (sum & 0x00070007u) | ((signs >> 12) & 0x00080008u);
-  }
-}
-
 template <bool kNibblesOnly = false>
 __device__ __forceinline__ uint32_t e2m1x2_lanes_simd(float even, float odd) {
   const uint32_t e = __float_as_uint(even), o = __float_as_uint(odd);
   const uint32_t top = __byte_perm(e, o, 0x7632);     // [odd bits 31..16 : even bits 31..16]
   const uint32_t bottom = __byte_perm(e, o, 0x5410);  // [odd bits 15..0 : even bits 15..0]
   const uint32_t round_to_odd = (top & 0x7FFF7FFFu) | __vminu2(bottom, 0x00010001u);
-  return e2m1x2_lanes_of_bf16x2<kNibblesOnly>(round_to_odd, top);
+  return e2m1x2_lanes_of_16bit<__nv_bfloat16, kNibblesOnly>(round_to_odd, top);
 }
 
 __device__ __forceinline__ uint32_t e2m1x2_encode_simd(float even, float odd) {
@@ -226,19 +252,31 @@ __device__ __forceinline__ uint32_t e2m1x8_pack_lanes(uint32_t l0, uint32_t l1, 
 #endif
 
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
-// Eight values that are exact in bf16 as four bf16x2 words (element 2j in word j's low half,
-// 2j + 1 in its high half) into one word of codes, element i in nibble i, without FP4
-// instructions. Exact bf16 needs no round-to-odd step (e2m1x2_lanes_simd's step 1: two byte
-// permutes, a vminu2 and a merge per pair); sm_90 takes the |.| as an HFMA2, on the FMA pipe. Not for NaN.
-__device__ __forceinline__ uint32_t e2m1x8_encode_bf16x2_not_nan(const uint32_t (&pairs)[4]) {
+// Eight values that are exact in T (bf16 or fp16) as four packed pairs (element 2j in word j's
+// low half, 2j + 1 in its high half) into one word of codes, element i in nibble i, without FP4
+// instructions. Exact values need no round-to-odd step (e2m1x2_lanes_simd's step 1: two byte
+// permutes, a vminu2 and a merge per pair); sm_90 takes the |.| as an HFMA2, on the FMA pipe. Not
+// for NaN; e2m1x8_encode_16bit below takes any value.
+template <typename T>
+__device__ __forceinline__ uint32_t e2m1x8_encode_16bit_not_nan(const uint32_t (&pairs)[4]) {
   constexpr bool kNibblesOnly = true;
   uint32_t lanes[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const uint32_t magnitudes = bf16x2_as_bits(__habs2(bits_as_bf16x2(pairs[j])));
-    lanes[j] = e2m1x2_lanes_of_bf16x2<kNibblesOnly>(magnitudes, pairs[j]);
+    const uint32_t magnitudes = pair_as_bits(__habs2(bits_as_pair<T>(pairs[j])));
+    lanes[j] = e2m1x2_lanes_of_16bit<T, kNibblesOnly>(magnitudes, pairs[j]);
   }
   return e2m1x8_pack_lanes(lanes[0], lanes[1], lanes[2], lanes[3]);
+}
+
+// The same for any values, NaN included: min(x, +Inf) is x except that NaN gives +Inf (min returns
+// the operand that is not NaN), so a NaN of either sign is code 7, as SPEC 1 asks.
+template <typename T>
+__device__ __forceinline__ uint32_t e2m1x8_encode_16bit(const uint32_t (&pairs)[4]) {
+  uint32_t no_nan[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) no_nan[j] = pair_as_bits(__hmin2(bits_as_pair<T>(pairs[j]), bits_as_pair<T>(E2m1Lanes16<T>::kInf)));
+  return e2m1x8_encode_16bit_not_nan<T>(no_nan);
 }
 #endif
 

@@ -10,18 +10,13 @@
 namespace fp4ops::cuda {
 
 // Eight elements as stored into one word of codes, element i in nibble i (SPEC 1, NaN included).
-// bf16 without FP4 instructions is encoded as it is (e2m1x8_encode_bf16x2_not_nan: no widening,
-// no round-to-odd step), after min(x, +Inf), which is x except that NaN gives +Inf (min returns
-// the operand that is not NaN): a code 7 of either sign's NaN, as SPEC 1 asks.
+// bf16 and fp16 without FP4 instructions are encoded in their own format (e2m1x8_encode_16bit:
+// no widening, no round-to-odd step); fp32, and Blackwell's hardware cvt, take the fp32 pairs.
 template <typename T>
 __device__ __forceinline__ uint32_t e2m1x8_encode_group(const Vec8<T>& raw) {
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
-    uint32_t pairs[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) pairs[j] = bf16x2_as_bits(__hmin2(bits_as_bf16x2(words[j]), bits_as_bf16x2(0x7F807F80u)));
-    return e2m1x8_encode_bf16x2_not_nan(pairs);
+  if constexpr (sizeof(T) == 2) {
+    return e2m1x8_encode_16bit<T>(*reinterpret_cast<const uint32_t(*)[4]>(&raw));
   }
 #endif
   float v[8];

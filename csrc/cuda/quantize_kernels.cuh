@@ -59,12 +59,12 @@ __device__ __forceinline__ uint32_t encode_loaded_octet(const BlockEncoding& enc
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
   if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Format, Mxfp4Format>) {
     const uint32_t half_bits = __float_as_uint(enc.element_multiplier) >> 16;  // exact: a power of two
-    const __nv_bfloat162 multiplier = bits_as_bf16x2(half_bits | half_bits << 16);
+    const __nv_bfloat162 multiplier = bits_as_pair<__nv_bfloat16>(half_bits | half_bits << 16);
     const uint32_t* words = reinterpret_cast<const uint32_t*>(&raw);
     uint32_t products[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) products[j] = bf16x2_as_bits(__hmul2(bits_as_bf16x2(words[j]), multiplier));
-    const uint32_t word = e2m1x8_encode_bf16x2_not_nan(products);
+    for (int j = 0; j < 4; ++j) products[j] = pair_as_bits(__hmul2(bits_as_pair<__nv_bfloat16>(words[j]), multiplier));
+    const uint32_t word = e2m1x8_encode_16bit_not_nan<__nv_bfloat16>(products);
     return enc.zero_codes ? 0u : word;
   }
 #endif
