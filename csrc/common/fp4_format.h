@@ -142,27 +142,30 @@ FP4OPS_HD uint32_t e2m1_encode_by_thresholds(float y) {
 
 #if defined(__CUDA_ARCH__) && !defined(FP4OPS_HW_FP4)
 // The constants of steps 2 and 3 of e2m1x2_lanes_simd (below) in either 16-bit format T (bf16,
-// or fp16 for values that are exact in fp16): its packed pair type, 6 and 1 in both lanes, the exponent field, and the magic's parts. The
-// magic 2^(E + kMantissaBits - 1) with mantissa 2E is binade + (kMantissaBits - 1) in the
-// exponent + 2E: binade >> kMagicShift is 2E + 2 x bias per lane (no bits cross lanes), so the
-// constant is (kMantissaBits - 1) << kMantissaBits minus 2 x bias (bf16: 0x0300 - 254 = 0x0202;
-// fp16: 0x2400 - 30 = 0x23E2).
+// or fp16 for values that are exact in fp16), both lanes alike, from its mantissa width m and
+// exponent bias: 1, 6 = 1.5 x 2^2, the exponent field (also +Inf), and the magic's parts. The
+// magic 2^(E + m - 1) with mantissa 2E is binade + (m - 1) in the exponent + 2E; binade >> (m - 1)
+// is 2E + 2 x bias per lane (no bits cross lanes), so the sum's constant is (m - 1) << m minus
+// 2 x bias (bf16: 0x0300 - 254 = 0x0202; fp16: 0x2400 - 30 = 0x23E2).
+template <typename PairT, int kMantissaBits, uint32_t kBias>
+struct E2m1LaneConstants {
+  using Pair = PairT;
+  static constexpr uint32_t kBothLanes = 0x00010001u;
+  static constexpr uint32_t kOne = (kBias << kMantissaBits) * kBothLanes;
+  static constexpr uint32_t kSix = (((kBias + 2) << kMantissaBits) | (1u << (kMantissaBits - 1))) * kBothLanes;
+  static constexpr uint32_t kExponent = (0x7FFFu >> kMantissaBits << kMantissaBits) * kBothLanes;
+  static constexpr uint32_t kInf = kExponent;
+  static constexpr int kMagicShift = kMantissaBits - 1;
+  static constexpr uint32_t kMagicOffset = ((kMantissaBits - 1u) << kMantissaBits) - 2 * kBias;  // per lane
+};
 template <typename T>
 struct E2m1Lanes16;
 template <>
-struct E2m1Lanes16<__nv_bfloat16> {
-  using Pair = __nv_bfloat162;
-  static constexpr uint32_t kSix = 0x40C040C0u, kOne = 0x3F803F80u, kExponent = 0x7F807F80u;
-  static constexpr uint32_t kInf = 0x7F807F80u, kMagicOffset = 0x02020202u;
-  static constexpr int kMagicShift = 6;
-};
+struct E2m1Lanes16<__nv_bfloat16> : E2m1LaneConstants<__nv_bfloat162, 7, 127> {};
 template <>
-struct E2m1Lanes16<__half> {
-  using Pair = __half2;
-  static constexpr uint32_t kSix = 0x46004600u, kOne = 0x3C003C00u, kExponent = 0x7C007C00u;
-  static constexpr uint32_t kInf = 0x7C007C00u, kMagicOffset = 0x23E223E2u;
-  static constexpr int kMagicShift = 9;
-};
+struct E2m1Lanes16<__half> : E2m1LaneConstants<__half2, 10, 15> {};
+static_assert(E2m1Lanes16<__nv_bfloat16>::kSix == 0x40C040C0u && E2m1Lanes16<__half>::kSix == 0x46004600u);
+static_assert(E2m1Lanes16<__nv_bfloat16>::kExponent == 0x7F807F80u && E2m1Lanes16<__half>::kExponent == 0x7C007C00u);
 
 template <typename T>
 __device__ __forceinline__ typename E2m1Lanes16<T>::Pair bits_as_pair(uint32_t bits) {
@@ -181,7 +184,7 @@ __device__ __forceinline__ uint32_t e2m1x2_lanes_of_16bit(uint32_t magnitudes, u
   using C = E2m1Lanes16<T>;
   const auto r = __hmin2(bits_as_pair<T>(magnitudes), bits_as_pair<T>(C::kSix));     // <= 6
   const uint32_t binade = pair_as_bits(__hmax2(r, bits_as_pair<T>(C::kOne))) & C::kExponent;  // 2^E
-  const uint32_t magic = binade + (binade >> C::kMagicShift) + C::kMagicOffset;
+  const uint32_t magic = binade + (binade >> C::kMagicShift) + C::kMagicOffset * C::kBothLanes;
   const uint32_t sum = pair_as_bits(__hadd2(r, bits_as_pair<T>(magic)));
   // Per lane: the code in bits 0..2 (the sum's mantissa, at most 7, so bit 3 is 0) and the sign
   // in bit 3.
