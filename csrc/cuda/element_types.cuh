@@ -104,10 +104,10 @@ __device__ __forceinline__ void widen8(const Vec8<T>& raw, float* v) {
 }
 
 // Two loaded groups of eight (16 elements, one NVFP4 block of 16-bit x) widened to fp32.
-template <typename T, bool kHighHalfOnFmaPipe = false>
+template <typename T>
 __device__ __forceinline__ void widen16(const Vec8<T> (&raw)[2], float (&v)[16]) {
-  widen8<T, kHighHalfOnFmaPipe>(raw[0], v);
-  widen8<T, kHighHalfOnFmaPipe>(raw[1], v + 8);
+  widen8<T>(raw[0], v);
+  widen8<T>(raw[1], v + 8);
 }
 
 // The same eight elements widened to fp32 (exact).
