@@ -103,10 +103,13 @@ def test_nan_in_dense_b_reaches_only_its_batch(device, b_kind):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("a_code, b_code", [(254, 0), (0, 254), (200, 60)])
+@pytest.mark.parametrize("a_code, b_code", [(254, 0), (0, 254), (200, 60), (60, 80), (50, 74), (1, 110)])
 def test_mxfp4_scale_products_spanning_the_fp32_range(device, a_code, b_code):
     """E8M0 scales 2^127 x 2^-127 (and the reverse): the product is moderate, though either
-    scale alone times a block sum leaves fp32's range. Codes +-6 and +-0.5 mixed."""
+    scale alone times a block sum leaves fp32's range. (60, 80), (50, 74), (1, 110): products of
+    2^-114, 2^-130 and 2^-143, below the 2^-100 that the scaling applies first (it splits 2^sum
+    into two powers of two), the last two with subnormal block results. Codes +-6 and +-0.5
+    mixed."""
     l, m, k = 2, 16, 256
     magnitudes = torch.tensor([0x1, 0x7, 0x9, 0xF], dtype=torch.uint8)
     a_codes = magnitudes[torch.randint(0, 4, (l, m, k))]

@@ -113,6 +113,9 @@ FP4OPS_HD float finite_abs(float x) {
   return is_finite_bits(u) ? bits_to_float(u & 0x7FFFFFFFu) : 0.0f;
 }
 
+// 2^k as an fp32 for k in [-126, 127] (normal), without exp2_int's subnormal case.
+FP4OPS_HD float exp2_normal(int k) { return bits_to_float(static_cast<uint32_t>(k + 127) << 23); }
+
 // 2^k as an fp32 for k in [-127, 127] (2^-127 is the subnormal 0x00400000).
 FP4OPS_HD float exp2_int(int k) {
   return k >= -126 ? bits_to_float(static_cast<uint32_t>(k + 127) << 23)
@@ -407,15 +410,19 @@ FP4OPS_HD float e8m0_decode(uint32_t code) {
 
 // d * 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb (0xFF: NaN) with one rounding
 // wherever the result is normal: the exponents add as integers, so a huge A scale times a tiny B
-// scale cannot overflow (or underflow) on the way. d is 0 or at least 2^-14 in magnitude (a GEMV
-// block sum of E2M1 products, possibly times the 2^-12 of an exact operand encoding).
+// scale cannot overflow (or underflow) on the way. d is 0 or between 2^-14 and 2^11 in magnitude
+// (a GEMV block sum of E2M1 products, possibly times the 2^-12 of an exact operand encoding).
+// 2^sum is applied as two normal powers of two, without branches (the GEMV's hot loop runs this
+// per block): the first, at least 2^-100, keeps d * 2^first normal and so exact, and the second
+// rounds once. Past 2^254 the result overflows, below 2^-226 it rounds to zero, whichever factors
+// carry the rest: the clamps change no result.
 FP4OPS_HD float scale_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo) {
-  if (ea == kE8M0NaN || eb == kE8M0NaN) return bits_to_float(0x7FC00000u);
   const int sum = static_cast<int>(ea + eb) - 254 + undo;
-  const int e = sum < 254 ? sum : 254;  // beyond 254 it overflows anyway
-  if (e > 127) return mul_rn(mul_rn(d, exp2_int(127)), exp2_int(e - 127));
-  if (e >= -126) return mul_rn(d, exp2_int(e));
-  return mul_rn(mul_rn(d, exp2_int(-100)), exp2_int(e + 100));  // d * 2^-100 stays normal
+  const int first = sum < -100 ? -100 : (sum > 127 ? 127 : sum);
+  const int rest = sum - first;
+  const int second = rest < -126 ? -126 : (rest > 127 ? 127 : rest);
+  const float scaled = mul_rn(mul_rn(d, exp2_normal(first)), exp2_normal(second));
+  return ea == kE8M0NaN || eb == kE8M0NaN ? bits_to_float(0x7FC00000u) : scaled;
 }
 
 // MXFP4 "floor" rule (OCP MX): E = max(exponent_field(bmax) - 2, 0); bmax is finite, >= 0.
