@@ -12,8 +12,8 @@ namespace fp4ops::cuda {
 
 constexpr int kThreads = 256;
 // Vectorized steps per thread, at most (grid_for): the plain quantizer's 256 input bytes per
-// thread for the cast to E2M1 (8 elements per step), and the dequantizer's one 16-byte store per
-// thread for the cast from it.
+// thread for the cast to E2M1 (8 elements per step), and the dequantizer's one step of
+// kDecodeUnitsPerStep 16-byte stores per thread for the cast from it.
 constexpr int64_t kToE2m1MaxSteps = 16;
 constexpr int64_t kFromE2m1MaxSteps = 1;
 
@@ -55,7 +55,8 @@ at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype) {
     const uint8_t* in = packed.const_data_ptr<uint8_t>();
     T* values = static_cast<T*>(out.mutable_data_ptr());
     if (is_aligned(in, kCastFromE2m1BytesPerStep<T>) && is_aligned(values, 16)) {
-      const unsigned grid = grid_for(num_bytes / kCastFromE2m1BytesPerStep<T>, kThreads, kFromE2m1MaxSteps);
+      const int64_t num_units = num_bytes / kCastFromE2m1BytesPerStep<T>;
+      const unsigned grid = grid_for((num_units + kDecodeUnitsPerStep - 1) / kDecodeUnitsPerStep, kThreads, kFromE2m1MaxSteps);
       cast_from_e2m1_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, values, num_bytes);
     } else {
       cast_from_e2m1_kernel<T, false><<<grid_for(num_bytes, kThreads), kThreads, 0, stream>>>(in, values, num_bytes);

@@ -46,24 +46,22 @@ __global__ void cast_to_e2m1_kernel(const T* __restrict__ in, uint8_t* __restric
   }
 }
 
-// in [num_bytes] packed -> out [2 * num_bytes]. kVectorized: one 16-byte store per step (8
+// in [num_bytes] packed -> out [2 * num_bytes]. kVectorized: units of one 16-byte store (8
 // bf16/fp16 outputs from 4 code bytes, 4 fp32 ones from 2; input aligned to those bytes, output
-// to 16), so a warp's stores are 512 contiguous bytes, as in dequantize_kernel; otherwise one
-// byte per step.
+// to 16), kDecodeUnitsPerStep per thread and step with their loads first, as in
+// dequantize_kernel; the bytes past the last whole unit, and every byte otherwise, one per step.
 template <typename T>
 constexpr int64_t kCastFromE2m1BytesPerStep = 8 / sizeof(T);
 
 template <typename T, bool kVectorized>
 __global__ void cast_from_e2m1_kernel(const uint8_t* __restrict__ in, T* __restrict__ out, int64_t num_bytes) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t tail_begin = 0;
   if constexpr (kVectorized) {
     constexpr int kBytes = static_cast<int>(kCastFromE2m1BytesPerStep<T>);
     using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
-    const int64_t num_steps = num_bytes / kBytes;
-    for (int64_t i = first; i < num_steps; i += stride) {
-      const uint32_t word = reinterpret_cast<const CodeWord*>(in)[i];
+    const int64_t num_units = num_bytes / kBytes;
+    const auto load = [&](int64_t u) { return static_cast<uint32_t>(reinterpret_cast<const CodeWord*>(in)[u]); };
+    const auto finish = [&](int64_t u, uint32_t word) {
       alignas(16) T y[2 * kBytes];
 #pragma unroll
       for (int b = 0; b < kBytes; ++b) {
@@ -71,11 +69,13 @@ __global__ void cast_from_e2m1_kernel(const uint8_t* __restrict__ in, T* __restr
         y[2 * b] = from_float<T>(pair.even);
         y[2 * b + 1] = from_float<T>(pair.odd);
       }
-      __stcs(reinterpret_cast<uint4*>(out + i * 2 * kBytes), *reinterpret_cast<const uint4*>(y));
-    }
-    tail_begin = num_steps * kBytes;
+      __stcs(reinterpret_cast<uint4*>(out + u * 2 * kBytes), *reinterpret_cast<const uint4*>(y));
+    };
+    for_units_loads_first<kDecodeUnitsPerStep>(num_units, load, finish);
+    tail_begin = num_units * kBytes;
   }
-  for (int64_t i = tail_begin + first; i < num_bytes; i += stride) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = tail_begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_bytes; i += stride) {
     const Float2 pair = e2m1x2_decode(in[i]);
     out[2 * i] = from_float<T>(pair.even);
     out[2 * i + 1] = from_float<T>(pair.odd);

@@ -189,10 +189,11 @@ __global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int6
   quantize_chunks<T, kAligned>(x, num_chunks, threadIdx.x, blockDim.x, format, data, scales, scale_index);
 }
 
-// out = E2M1(code) * decoded block scale, one rounding to OutT. Each step of a thread writes one
-// 16-byte vector, so a warp's stores are contiguous: 8 outputs from 4 code bytes for bf16/fp16,
-// 4 outputs from 2 code bytes for fp32. kAligned: the code bytes can be read as one word (out
-// is freshly allocated, hence 16-byte aligned).
+// out = E2M1(code) * decoded block scale, one rounding to OutT. Each unit writes one 16-byte
+// vector (8 outputs from 4 code bytes for bf16/fp16, 4 outputs from 2 code bytes for fp32);
+// kDecodeUnitsPerStep units per thread and step, their code and scale loads first
+// (for_units_loads_first). kAligned: the code bytes can be read as one word (out is freshly
+// allocated, hence 16-byte aligned).
 template <typename OutT, bool kAligned, class Source, class ScaleIndex>
 __global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_units * kPerUnit / 2]
                                   const uint8_t* __restrict__ scales,  // block b at scale_index.offset(b)
@@ -200,26 +201,32 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_u
   constexpr int kPerUnit = 16 / sizeof(OutT);  // outputs per 16-byte store
   constexpr int kBytes = kPerUnit / 2;         // code bytes per store
   using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
+  struct Loaded {
+    uint32_t codes, scale_code;
+  };
   const typename Source::Format format = source.make();
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < num_units; u += stride) {
-    uint32_t word = 0;
+  const auto load = [&](int64_t u) {
+    Loaded loaded{0u, scales[scale_index.offset(u * kPerUnit / Source::Format::kBlock)]};
     if constexpr (kAligned) {
-      word = reinterpret_cast<const CodeWord*>(data)[u];
+      loaded.codes = reinterpret_cast<const CodeWord*>(data)[u];
     } else {
 #pragma unroll
-      for (int b = 0; b < kBytes; ++b) word |= static_cast<uint32_t>(data[u * kBytes + b]) << (8 * b);
+      for (int b = 0; b < kBytes; ++b) loaded.codes |= static_cast<uint32_t>(data[u * kBytes + b]) << (8 * b);
     }
-    const float factor = format.decode_scale(scales[scale_index.offset(u * kPerUnit / Source::Format::kBlock)]);
+    return loaded;
+  };
+  const auto finish = [&](int64_t u, const Loaded& loaded) {
+    const float factor = format.decode_scale(loaded.scale_code);
     alignas(16) OutT y[kPerUnit];
 #pragma unroll
     for (int b = 0; b < kBytes; ++b) {
-      const Float2 pair = e2m1x2_decode((word >> (8 * b)) & 0xFFu);
+      const Float2 pair = e2m1x2_decode((loaded.codes >> (8 * b)) & 0xFFu);
       y[2 * b] = from_float<OutT>(mul_rn(pair.even, factor));
       y[2 * b + 1] = from_float<OutT>(mul_rn(pair.odd, factor));
     }
     __stcs(reinterpret_cast<uint4*>(out + u * kPerUnit), *reinterpret_cast<const uint4*>(y));
-  }
+  };
+  for_units_loads_first<kDecodeUnitsPerStep>(num_units, load, finish);
 }
 
 }  // namespace fp4ops::cuda
