@@ -1,0 +1,72 @@
+"""tools/ab_bench.py on the CPU: the base copy (this tree with another revision's csrc) and the
+summary table. Building and timing need nvcc and a GPU; the kernels' A/B figures come from
+device runs (docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+import ab_bench  # noqa: E402
+
+
+def git_available() -> bool:
+    if shutil.which("git") is None:
+        return False
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not git_available(), reason="needs a git checkout of the repository")
+def test_base_copy_has_this_tree_and_the_revisions_csrc(tmp_path):
+    target = ab_bench.copy_with_base_kernels("HEAD", tmp_path)
+    assert (target / "setup.py").is_file() and (target / "python" / "fp4ops" / "__init__.py").is_file()
+    assert not (target / ".git").exists() and not list((target / "python" / "fp4ops").glob("*.so"))
+    committed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", "HEAD", "csrc"],
+                               capture_output=True, text=True, check=True).stdout.split()
+    copied = sorted(str(p.relative_to(target)) for p in (target / "csrc").rglob("*") if p.is_file())
+    assert copied == sorted(committed)
+    header = "csrc/common/fp4_format.h"
+    at_head = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{header}"], capture_output=True, check=True).stdout
+    assert (target / header).read_bytes() == at_head
+
+
+def write_run(run_dir: pathlib.Path, rows: list[dict]) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "suite_ab.json").write_text(json.dumps({"rows": rows}))
+
+
+def row(op, impl, family, numel, shape, pct, us, us_min, dtype="bfloat16"):
+    return {"op": op, "impl": impl, "family": family, "numel": numel, "shape": shape, "pct": pct, "us": us,
+            "us_min": us_min, "dtype": dtype}
+
+
+def test_summary_keeps_large_fp4ops_rows_and_every_gemv_shape(tmp_path):
+    runs = {"new1": tmp_path / "new1", "base1": tmp_path / "base1"}
+    write_run(runs["new1"], [
+        row("nvfp4 dequantize", "fp4ops", "dequantize", 2**26, [16384, 4096], 90.44, 44.7, 44.2),
+        row("nvfp4 dequantize", "fp4ops", "dequantize", 2**24, [4096, 4096], 75.0, 13.0, 12.9),  # too small
+        row("nvfp4 dequantize", "reference (eager)", "dequantize", 2**26, [16384, 4096], 3.0, 900.0, 890.0),
+        row("gemv mxfp4 x mxfp4", "fp4ops", "gemv", 7168 * 2048 * 4, [7168, 2048, 4], 43.66, 16.9, 16.7, dtype="mxfp4 x mxfp4"),
+    ])
+    write_run(runs["base1"], [
+        row("nvfp4 dequantize", "fp4ops", "dequantize", 2**26, [16384, 4096], 85.61, 47.1, 46.7),
+    ])
+    lines = ab_bench.summarize(runs).splitlines()
+    assert lines[0] == "| op | dtype | size | new1 | base1 |"
+    body = lines[2:]
+    assert body == [
+        "| gemv mxfp4 x mxfp4 | mxfp4 x mxfp4 | 7168 x 2048 x 4 | 43.7% (16.9 / 16.7) | - |",
+        "| nvfp4 dequantize | bfloat16 | 2^26 | 90.4% (44.7 / 44.2) | 85.6% (47.1 / 46.7) |",
+    ]
+
+
+def test_rounds_must_be_positive(tmp_path):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base", "HEAD", "--rounds", "0", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])

@@ -1,0 +1,131 @@
+"""A/B of the CUDA kernels: this tree's csrc against another revision's, built side by side and
+benchmarked in turns by the same harness (this tree's Python package), so only the kernels differ.
+
+    python tools/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
+        --no-eager --no-compile --no-torchao
+
+What it does:
+1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
+   temporary folder) and replaces its csrc with `git archive <base> csrc`;
+2. builds both (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
+   environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the two builds run at once, each with
+   MAX_JOBS compilers);
+3. runs `python -m fp4ops bench <args>` for new, then base, `--rounds` times, each run's JSON under
+   <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH picks the side);
+4. prints and writes <out>/ab_summary.md: every fp4ops row at 2^26 elements or more (every GEMV
+   shape), % of its run's ceiling and the median / fastest call in us, one column per run.
+
+Alternating the sides in one session on one GPU is what makes a few points of difference
+readable: runs on other days or machines move by as much (docs/performance.md, "Method notes").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+COPY_EXCLUDES = shutil.ignore_patterns(".git", "build", "*.so", "__pycache__", "*.egg-info", ".whl")
+
+
+def copy_with_base_kernels(base: str, work: pathlib.Path) -> pathlib.Path:
+    """This tree at work/base, with csrc as of revision `base`."""
+    target = work / "base"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(REPO, target, ignore=COPY_EXCLUDES)
+    shutil.rmtree(target / "csrc")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", base, "csrc"],
+                             check=True, capture_output=True).stdout
+    archive_path = work / "base_csrc.tar"
+    archive_path.write_bytes(archive)
+    with tarfile.open(archive_path) as tar:
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12: refuse links out of target
+            tar.extractall(target, filter="data")
+        else:
+            tar.extractall(target)
+    return target
+
+
+def build_both(trees: dict[str, pathlib.Path], out: pathlib.Path) -> None:
+    """setup.py build_ext --inplace in every tree at once; each log under out/build_<side>.log."""
+    procs = {}
+    for side, tree in trees.items():
+        log = open(out / f"build_{side}.log", "w")
+        procs[side] = (subprocess.Popen([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree,
+                                        stdout=log, stderr=subprocess.STDOUT), log)
+    failed = []
+    for side, (proc, log) in procs.items():
+        if proc.wait() != 0:
+            failed.append(side)
+        log.close()
+    if failed:
+        raise SystemExit(f"build failed for {', '.join(failed)}: see {out}/build_<side>.log")
+
+
+def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(tree / "python"))
+    with open(run_dir.with_suffix(".log"), "w") as log:
+        subprocess.run([sys.executable, "-m", "fp4ops", "bench", *bench_args, "--out", str(run_dir), "--tag", "ab"],
+                       cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def summarize(runs: dict[str, pathlib.Path]) -> str:
+    """Markdown: one row per fp4ops result at 2^26 elements or more (every GEMV shape), one column
+    per run ("pct% (median / fastest us)"); '-' where a run lacks the row."""
+    table: dict[tuple, dict[str, str]] = {}
+    for name, run_dir in runs.items():
+        (result_file,) = sorted(run_dir.glob("suite_*.json"))
+        for row in json.loads(result_file.read_text())["rows"]:
+            if row["impl"] != "fp4ops" or (row["numel"] < 2**26 and row["family"] != "gemv"):
+                continue
+            size = " x ".join(map(str, row["shape"])) if row["family"] == "gemv" else f"2^{row['numel'].bit_length() - 1}"
+            cell = f"{row['pct']:.1f}% ({row['us']:.1f} / {row['us_min']:.1f})"
+            table.setdefault((row["op"], row["dtype"], size), {})[name] = cell
+    header = ["op", "dtype", "size", *runs]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key in sorted(table):
+        lines.append("| " + " | ".join([*key, *(table[key].get(name, "-") for name in runs)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, help="revision whose csrc is the 'base' side (e.g. HEAD~1)")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternating (default 2)")
+    parser.add_argument("--out", default=None, help="folder for the logs, JSONs and ab_summary.md (default: <work>/results)")
+    parser.add_argument("--work", default=None, help="folder for the base copy (default: a temporary one)")
+    parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="after '--': arguments for `fp4ops bench`")
+    args = parser.parse_args(argv)
+    bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="fp4ops-ab-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    out = pathlib.Path(args.out).resolve() if args.out else work / "results"
+    out.mkdir(parents=True, exist_ok=True)
+
+    trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work)}
+    print(f"building this tree and {args.base}'s csrc (logs in {out}) ...", flush=True)
+    build_both(trees, out)
+    runs: dict[str, pathlib.Path] = {}
+    for round_index in range(1, args.rounds + 1):
+        for side, tree in trees.items():
+            name = f"{side}{round_index}"
+            print(f"bench {name} ...", flush=True)
+            run_bench(tree, bench_args, out / name)
+            runs[name] = out / name
+    summary = summarize(runs)
+    (out / "ab_summary.md").write_text(summary)
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()
