@@ -54,8 +54,8 @@ at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype) {
     using T = typename decltype(tag)::type;
     const uint8_t* in = packed.const_data_ptr<uint8_t>();
     T* values = static_cast<T*>(out.mutable_data_ptr());
-    if (is_aligned(in, kCastFromE2m1BytesPerStep<T>) && is_aligned(values, 16)) {
-      const int64_t num_units = num_bytes / kCastFromE2m1BytesPerStep<T>;
+    if (is_aligned(in, kCodeBytesPerUnit<T>) && is_aligned(values, 16)) {
+      const int64_t num_units = num_bytes / kCodeBytesPerUnit<T>;
       const unsigned grid = grid_for((num_units + kDecodeUnitsPerStep - 1) / kDecodeUnitsPerStep, kThreads, kFromE2m1MaxSteps);
       cast_from_e2m1_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, values, num_bytes);
     } else {

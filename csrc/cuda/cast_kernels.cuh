@@ -46,30 +46,20 @@ __global__ void cast_to_e2m1_kernel(const T* __restrict__ in, uint8_t* __restric
   }
 }
 
-// in [num_bytes] packed -> out [2 * num_bytes]. kVectorized: units of one 16-byte store (8
-// bf16/fp16 outputs from 4 code bytes, 4 fp32 ones from 2; input aligned to those bytes, output
-// to 16), kDecodeUnitsPerStep per thread and step with their loads first, as in
-// dequantize_kernel; the bytes past the last whole unit, and every byte otherwise, one per step.
-template <typename T>
-constexpr int64_t kCastFromE2m1BytesPerStep = 8 / sizeof(T);
-
+// in [num_bytes] packed -> out [2 * num_bytes]. kVectorized: units of one 16-byte store
+// (kCodeBytesPerUnit<T> code bytes each; input aligned to those bytes, output to 16),
+// kDecodeUnitsPerStep per thread and step with their loads first, as in dequantize_kernel; the
+// bytes past the last whole unit, and every byte otherwise, one per step.
 template <typename T, bool kVectorized>
 __global__ void cast_from_e2m1_kernel(const uint8_t* __restrict__ in, T* __restrict__ out, int64_t num_bytes) {
   int64_t tail_begin = 0;
   if constexpr (kVectorized) {
-    constexpr int kBytes = static_cast<int>(kCastFromE2m1BytesPerStep<T>);
+    constexpr int kBytes = kCodeBytesPerUnit<T>;
     using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
     const int64_t num_units = num_bytes / kBytes;
     const auto load = [&](int64_t u) { return static_cast<uint32_t>(reinterpret_cast<const CodeWord*>(in)[u]); };
     const auto finish = [&](int64_t u, uint32_t word) {
-      alignas(16) T y[2 * kBytes];
-#pragma unroll
-      for (int b = 0; b < kBytes; ++b) {
-        const Float2 pair = e2m1x2_decode((word >> (8 * b)) & 0xFFu);
-        y[2 * b] = from_float<T>(pair.even);
-        y[2 * b + 1] = from_float<T>(pair.odd);
-      }
-      __stcs(reinterpret_cast<uint4*>(out + u * 2 * kBytes), *reinterpret_cast<const uint4*>(y));
+      store_decoded_unit<T, /*kScaled=*/false>(out + u * 2 * kBytes, word, 1.0f);
     };
     for_units_loads_first<kDecodeUnitsPerStep>(num_units, load, finish);
     tail_begin = num_units * kBytes;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/fp4_format.h"
+
 namespace fp4ops::cuda {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -207,6 +209,25 @@ __device__ __forceinline__ uint32_t loaded_max_bits(const Vec8<T> (&raw)[kGroups
 // elements): two units with both loads issued first 90-91% / 94-96% of copy, one unit 85-86% /
 // 88-89%: a thread's next read is in flight while it decodes, not after its store.
 constexpr int kDecodeUnitsPerStep = 2;
+
+// The code bytes behind one unit: 8 bf16/fp16 outputs from 4, 4 fp32 outputs from 2.
+template <typename T>
+constexpr int kCodeBytesPerUnit = 8 / sizeof(T);
+
+// One unit: the kCodeBytesPerUnit<T> code bytes in `codes` (first byte lowest, element 2b in byte
+// b's low nibble) decoded exactly, times `factor` with one rounding to T where kScaled
+// (dequantize), as they are otherwise (the cast), in one 16-byte streaming store at `out`.
+template <typename T, bool kScaled>
+__device__ __forceinline__ void store_decoded_unit(T* out, uint32_t codes, float factor) {
+  alignas(16) T y[2 * kCodeBytesPerUnit<T>];
+#pragma unroll
+  for (int b = 0; b < kCodeBytesPerUnit<T>; ++b) {
+    const Float2 pair = e2m1x2_decode((codes >> (8 * b)) & 0xFFu);
+    y[2 * b] = from_float<T>(kScaled ? mul_rn(pair.even, factor) : pair.even);
+    y[2 * b + 1] = from_float<T>(kScaled ? mul_rn(pair.odd, factor) : pair.odd);
+  }
+  __stcs(reinterpret_cast<uint4*>(out), *reinterpret_cast<const uint4*>(y));
+}
 
 // Grid-stride loop over units [0, num_units), kUnits per thread and step. Unit j of a step sits j *
 // blockDim.x units after the step's first, so a warp's units stay contiguous (its 16-byte stores

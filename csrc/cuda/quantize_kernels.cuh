@@ -198,8 +198,8 @@ template <typename OutT, bool kAligned, class Source, class ScaleIndex>
 __global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_units * kPerUnit / 2]
                                   const uint8_t* __restrict__ scales,  // block b at scale_index.offset(b)
                                   int64_t num_units, Source source, ScaleIndex scale_index, OutT* __restrict__ out) {
-  constexpr int kPerUnit = 16 / sizeof(OutT);  // outputs per 16-byte store
-  constexpr int kBytes = kPerUnit / 2;         // code bytes per store
+  constexpr int kBytes = kCodeBytesPerUnit<OutT>;
+  constexpr int kPerUnit = 2 * kBytes;  // outputs per 16-byte store
   using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
   struct Loaded {
     uint32_t codes, scale_code;
@@ -216,15 +216,7 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_u
     return loaded;
   };
   const auto finish = [&](int64_t u, const Loaded& loaded) {
-    const float factor = format.decode_scale(loaded.scale_code);
-    alignas(16) OutT y[kPerUnit];
-#pragma unroll
-    for (int b = 0; b < kBytes; ++b) {
-      const Float2 pair = e2m1x2_decode((loaded.codes >> (8 * b)) & 0xFFu);
-      y[2 * b] = from_float<OutT>(mul_rn(pair.even, factor));
-      y[2 * b + 1] = from_float<OutT>(mul_rn(pair.odd, factor));
-    }
-    __stcs(reinterpret_cast<uint4*>(out + u * kPerUnit), *reinterpret_cast<const uint4*>(y));
+    store_decoded_unit<OutT, /*kScaled=*/true>(out + u * kPerUnit, loaded.codes, format.decode_scale(loaded.scale_code));
   };
   for_units_loads_first<kDecodeUnitsPerStep>(num_units, load, finish);
 }
