@@ -55,12 +55,16 @@ def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
     assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), out_dtype)
 
 
-def to_cpu(t):
+def to_device(t, device):
     if isinstance(t, fp4ops.NVFP4Tensor):
-        return fp4ops.NVFP4Tensor(t.data.cpu(), t.scales.cpu(), t.global_scale.cpu())
+        return fp4ops.NVFP4Tensor(t.data.to(device), t.scales.to(device), t.global_scale.to(device))
     if isinstance(t, fp4ops.MXFP4Tensor):
-        return fp4ops.MXFP4Tensor(t.data.cpu(), t.scales.cpu())
-    return t.cpu()
+        return fp4ops.MXFP4Tensor(t.data.to(device), t.scales.to(device))
+    return t.to(device)
+
+
+def to_cpu(t):
+    return to_device(t, "cpu")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -141,6 +145,62 @@ def test_tiny_bf16_b_with_large_scales(device, fmt):
     b = (torch.randn(l, k, device=device) * 2.0**-128).to(torch.bfloat16)
     for out_dtype in (torch.float32, torch.bfloat16):
         assert_within_contract(fp4ops.gemv(a, b, out_dtype=out_dtype).cpu(), to_cpu(a), to_cpu(b), out_dtype)
+
+
+# bf16 B values the CUDA kernel can stage times 2^70 (2^-62 <= |b| < 2^57, zeros, inf, NaN) and
+# values that send their batch to the unshifted staging: the smallest and largest on each side.
+BF16_SHIFT_RANGE_EDGES = [2.0**-62, -(2.0**-62), (2 - 2.0**-7) * 2.0**56, -(2 - 2.0**-7) * 2.0**56]
+BF16_OUTSIDE_SHIFT_RANGE = [(2 - 2.0**-7) * 2.0**-63, 2.0**57, -(2.0**-133), 2.0**100]
+
+
+def with_zero_a_column(a, column: int):
+    """a with the codes of one K column set to +0 in every row (its scale blocks unchanged)."""
+    data = a.data.clone()
+    data[..., column // 2] &= 0xF0 if column % 2 == 0 else 0x0F
+    if isinstance(a, fp4ops.NVFP4Tensor):
+        return fp4ops.NVFP4Tensor(data, a.scales, a.global_scale)
+    return fp4ops.MXFP4Tensor(data, a.scales)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("shape", [(3, 40, 384), (2, 9, 4096 + 128)])
+def test_bf16_b_outside_the_shift_range_gives_the_same_bits(shape, fmt, device):
+    """A bf16 B value outside [2^-62, 2^57) makes the CUDA kernel stage that batch unshifted and
+    decode A with its bf16 multiply. Put where A's column is zero, it adds nothing, so the other
+    staging must give bitwise the same result; B also holds the edges of the range, and the
+    shifted batches (0 and 2) stay shifted next to the unshifted one."""
+    a, b = operands(fmt, "bfloat16", shape, device)
+    column = shape[-1] - 3
+    a = with_zero_a_column(a, column)
+    edges = torch.tensor(BF16_SHIFT_RANGE_EDGES, dtype=torch.bfloat16, device=device)
+    b[:, 5 : 5 + len(edges)] = edges
+    expected = fp4ops.gemv(a, b, out_dtype=torch.float32)
+    assert_within_contract(expected.cpu(), to_cpu(a), to_cpu(b), torch.float32)
+    for outside in BF16_OUTSIDE_SHIFT_RANGE:
+        b_outside = b.clone()
+        b_outside[1, column] = outside
+        y = fp4ops.gemv(a, b_outside, out_dtype=torch.float32)
+        assert torch.equal(y.view(torch.int32), expected.view(torch.int32)), outside
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_bf16_b_at_the_shift_range_edges(device, fmt):
+    """B made only of the shift range's edges and the values just outside it, A's codes all of
+    +-0.5 and +-6 (the smallest and largest products on both sides of each edge)."""
+    l, m, k = 2, 16, 512
+    magnitudes = torch.tensor([0x1, 0x7, 0x9, 0xF], dtype=torch.uint8)
+    codes = reference.pack_e2m1(magnitudes[torch.randint(0, 4, (l, m, k))])
+    if fmt == "nvfp4":
+        a = fp4ops.NVFP4Tensor(codes, torch.full((l, m, k // 16), 1.0).to(torch.float8_e4m3fn), torch.tensor(1.0))
+    else:
+        a = fp4ops.MXFP4Tensor(codes, torch.full((l, m, k // 32), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu))
+    a = to_device(a, device)
+    for values in (BF16_SHIFT_RANGE_EDGES, BF16_SHIFT_RANGE_EDGES + BF16_OUTSIDE_SHIFT_RANGE):
+        pool = torch.tensor(values, dtype=torch.bfloat16)
+        b = pool[torch.randint(0, len(values), (l, k))].to(device)
+        assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA GEMV kernel")

@@ -33,11 +33,14 @@
 // (docs/performance.md).
 // B never changes within a CTA, so the CTA's threads stage the B operand registers once, in shared
 // memory, in exactly the order the lanes read them (plus a zero run for lanes whose column is not
-// the active one). After each segment the partials a lane holds (four blocks of NVFP4, two of
-// MXFP4) are scaled in fp32 (block scale times B's block scale, NaN propagating) and added to its
-// row's sum; at the end of a tile the lanes and the group's warps combine them in a fixed order,
-// so results are bitwise reproducible. K % 256 == 128: the last segment's range 1 re-reads range 0's bytes against B
-// values of zero, so it adds exact zeros (or the NaN range 0 already has).
+// the active one). bf16 B is staged times 2^70 where its batch's values allow it, so that A's
+// decoded bits (values times 2^-126) feed the MMAs without the decoder's multiply
+// (kBf16BStagingExponent); the kernel holds both loops and each CTA runs one. After each segment
+// the partials a lane holds (four blocks of NVFP4, two of MXFP4) are scaled in fp32 (block scale
+// times B's block scale, NaN propagating) and added to its row's sum; at the end of a tile the
+// lanes and the group's warps combine them in a fixed order, so results are bitwise reproducible.
+// K % 256 == 128: the last segment's range 1 re-reads range 0's bytes against B values of zero, so
+// it adds exact zeros (or the NaN range 0 already has).
 #pragma once
 
 #include <cstdint>
@@ -140,11 +143,45 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&halves));
 }
 
+// bf16 B times 2^70, where A is fed to the MMAs as the decoder's raw bits (values times 2^-126:
+// e2m1x8_to_bf16_bits), saves the decoder's bf16 multiply (4 of 17 instructions per word). The
+// shift is exact and keeps every product normal for 2^-62 <= |b| < 2^57: a product is at least
+// 2^-127 * 2^8 (the smallest A times the smallest staged B) and a multiple of 2^-126, so no
+// product or partial sum is subnormal, and the MMA's sums are the unshifted ones times 2^-56
+// exactly (the same operations, every exponent moved by -56), which the fp32 block scaling undoes:
+// the results are bitwise those of the decode with the multiply. Zeros, infinities and NaNs
+// pass as they are; a batch with any other value (subnormals included) outside that range is
+// staged unshifted and takes the decode with the multiply.
+constexpr int kBf16BStagingExponent = 70;
+
+// One register of two bf16 values times 2^kBf16BStagingExponent; clears *in_range where a value
+// is outside the range above.
+__device__ __forceinline__ uint32_t bf16x2_shifted_for_raw_a(uint32_t pair, bool* in_range) {
+  constexpr uint32_t kLowest = 127 - 62, kPastHighest = 127 + 57;  // biased exponents
+  uint32_t out = 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint32_t h = pair >> (16 * half) & 0xFFFFu;
+    const uint32_t exponent = h >> 7 & 0xFFu;
+    if (exponent >= kLowest && exponent < kPastHighest) {
+      h += static_cast<uint32_t>(kBf16BStagingExponent) << 7;
+    } else if (exponent != 0xFFu && (h & 0x7FFFu) != 0) {
+      *in_range = false;
+    }
+    out |= h << (16 * half);
+  }
+  return out;
+}
+
 // Writes B's slots (and FP4 B's block scales) for `segments` segments of batch l, all the CTA's
-// threads taking 32-element chunks in turn; chunks and blocks past K are zeros.
-template <class Format, typename BT>
-__device__ __forceinline__ void stage_b(const GemvArgs& args, int64_t l, int segments, uint8_t* slots, uint32_t* b_scales) {
+// threads taking 32-element chunks in turn; chunks and blocks past K are zeros. kShifted (bf16 B
+// only): values times 2^kBf16BStagingExponent; returns false if this thread met a value that
+// cannot be shifted (bf16x2_shifted_for_raw_a), true otherwise.
+template <class Format, typename BT, bool kShifted = false>
+__device__ __forceinline__ bool stage_b(const GemvArgs& args, int64_t l, int segments, uint8_t* slots, uint32_t* b_scales) {
   using Layout = MmaGemvLayout<Format, BT>;
+  static_assert(!kShifted || std::is_same_v<BT, __nv_bfloat16>);
+  bool in_range = true;
   const int chunks = segments * Layout::kSlotsPerSegment;
   for (int chunk = threadIdx.x; chunk < chunks; chunk += blockDim.x) {
     const int64_t element0 = static_cast<int64_t>(chunk) * 32;
@@ -174,6 +211,7 @@ __device__ __forceinline__ void stage_b(const GemvArgs& args, int64_t l, int seg
           // register r = (element lo, element hi) in A's decoder order; one byte_perm picks them.
           const int lo = element_for(kPairing, r, 0), hi = element_for(kPairing, r, 1);
           regs[r] = __byte_perm(words[lo / 2], words[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
+          if constexpr (kShifted) regs[r] = bf16x2_shifted_for_raw_a(regs[r], &in_range);
         }
         slot[j] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
       }
@@ -194,6 +232,7 @@ __device__ __forceinline__ void stage_b(const GemvArgs& args, int64_t l, int seg
       }
     }
   }
+  return in_range;
 }
 
 // Named barrier over one group's warps (ids 1..15; 0 is __syncthreads).
@@ -311,7 +350,16 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
   for (int i = 0; i < kMmaStages - 1; ++i) issue();
 
   // B's operands are staged by all the CTA's threads while the first A segments are on their way.
-  stage_b<Format, BT>(args, l, segments, slots, b_scales);
+  // bf16 B is staged shifted for the raw-bits decode of A when the whole batch allows it (every
+  // CTA of a batch decides the same), and staged again unshifted otherwise.
+  constexpr bool kBf16B = std::is_same_v<BT, __nv_bfloat16>;
+  bool shifted_b = false;
+  if constexpr (kBf16B) {
+    shifted_b = !__syncthreads_or(!stage_b<Format, BT, true>(args, l, segments, slots, b_scales));
+    if (!shifted_b) stage_b<Format, BT>(args, l, segments, slots, b_scales);
+  } else {
+    stage_b<Format, BT>(args, l, segments, slots, b_scales);
+  }
   if (threadIdx.x < Layout::kZeroRunBytes / 16) reinterpret_cast<uint4*>(zero_region)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
 
@@ -333,7 +381,19 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
 
   float acc = 0.0f;
   const uint32_t ring_base = shared_address(ring);
-  const auto process_segment = [&](uint32_t stage_offset) {
+  // shifted (std::bool_constant): B staged times 2^70 and A decoded to its raw bits (see
+  // kBf16BStagingExponent), so the operands carry 2^(70 - 126) instead of Layout's power of two.
+  const auto process_segment = [&](uint32_t stage_offset, auto shifted) {
+    using MmaT = typename Layout::MmaT;
+    constexpr bool kRawA = decltype(shifted)::value;
+    constexpr int kDecodeExponent = kRawA ? kBf16BitsDecodeExponent + kBf16BStagingExponent : Layout::kDecodeExponent;
+    const auto decode = [](uint32_t w) {
+      if constexpr (kRawA) {
+        return e2m1x8_to_bf16_bits(w);
+      } else {
+        return DenseOperand<MmaT>::decode(w);
+      }
+    };
     const uint32_t codes = ring_codes + stage_offset;
     const uint4 range0 = lds_128(codes), range1 = lds_128(codes + 8 * 64);
     const uint32_t words0[4] = {range0.x, range0.y, range0.z, range0.w};
@@ -345,9 +405,8 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      using MmaT = typename Layout::MmaT;
       const uint4 bw = lds_128(b_operand + j * 16);
-      const Regs4 x = DenseOperand<MmaT>::decode(words0[j]), y = DenseOperand<MmaT>::decode(words1[j]);
+      const Regs4 x = decode(words0[j]), y = decode(words1[j]);
       float(&dj)[4] = d[Layout::kNvfp4 ? j / 2 : j % 2];
       mma_m16n8k16<MmaT>(dj, {x.reg[0], y.reg[0], x.reg[1], y.reg[1]}, bw.x, bw.y);
       mma_m16n8k16<MmaT>(dj, {x.reg[2], y.reg[2], x.reg[3], y.reg[3]}, bw.z, bw.w);
@@ -377,16 +436,16 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
       sb[0] = lds_u32(b_scale), sb[1] = lds_u32(b_scale + sizeof(uint32_t));
     }
     // Undo the operands' power of two (exact: D and the NVFP4 scales are far from the fp32 limits).
-    const auto undo = [](float v) { return Layout::kDecodeExponent == 0 ? v : mul_rn(v, exp2_int(-Layout::kDecodeExponent)); };
+    const auto undo = [](float v) { return kDecodeExponent == 0 ? v : mul_rn(v, exp2_int(-kDecodeExponent)); };
 #pragma unroll
     for (int i = 0; i < kPartials; ++i) {
       float partial;
       if constexpr (Layout::kFp4B && Layout::kNvfp4) {
         partial = mul_rn(mul_rn(dk[i], sa[i]), bits_to_float(sb[i]));
       } else if constexpr (Layout::kFp4B) {
-        partial = scale_by_e8m0_pair(dk[i], sa_codes[i], sb[i], -Layout::kDecodeExponent);
+        partial = scale_by_e8m0_pair(dk[i], sa_codes[i], sb[i], -kDecodeExponent);
       } else if constexpr (Layout::kNvfp4) {
-        partial = mul_rn(dk[i], undo(sa[i]));  // sa * 2^14 <= 448 * 2^14
+        partial = mul_rn(dk[i], undo(sa[i]));  // sa * 2^-kDecodeExponent <= 448 * 2^56
       } else {
         partial = mul_rn(undo(dk[i]), sa[i]);
       }
@@ -424,21 +483,28 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     acc = 0.0f;
   };
 
-  int turn = 0, parity = 0;
-  int64_t tile = tile_begin;
-  uint32_t stage_offset = 0;
-  for (int i = 0; i < units; ++i) {
-    cp_async_wait<kMmaStages - 2>();  // this lane's copies of segment i have landed ...
-    __syncwarp();                      // ... and every lane's (scale rows); stage (i - 1) is free
-    issue();  // segment i + kMmaStages - 1
-    process_segment(stage_offset);
-    stage_offset = next_stage_offset<Layout::kStageBytes>(stage_offset);
-    b_operand += b_step, b_scale += b_scales_step;
-    if (++turn == count) {
-      finish_tile(tile++, parity);
-      turn = 0, parity ^= 1;
-      b_operand = b_first, b_scale = b_scales_first;
+  const auto stream_segments = [&](auto shifted) {
+    int turn = 0, parity = 0;
+    int64_t tile = tile_begin;
+    uint32_t stage_offset = 0;
+    for (int i = 0; i < units; ++i) {
+      cp_async_wait<kMmaStages - 2>();  // this lane's copies of segment i have landed ...
+      __syncwarp();                      // ... and every lane's (scale rows); stage (i - 1) is free
+      issue();  // segment i + kMmaStages - 1
+      process_segment(stage_offset, shifted);
+      stage_offset = next_stage_offset<Layout::kStageBytes>(stage_offset);
+      b_operand += b_step, b_scale += b_scales_step;
+      if (++turn == count) {
+        finish_tile(tile++, parity);
+        turn = 0, parity ^= 1;
+        b_operand = b_first, b_scale = b_scales_first;
+      }
     }
+  };
+  if (shifted_b) {
+    if constexpr (kBf16B) stream_segments(std::true_type{});
+  } else {
+    stream_segments(std::false_type{});
   }
 }
 

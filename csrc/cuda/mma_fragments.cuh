@@ -79,14 +79,12 @@ __device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
   return out;
 }
 
-// bf16: magnitude bits at 6..8 read as bf16 = value * 2^-126 (code 1 a bf16 subnormal), so one
-// bf16x2 multiply by 2^126 (exact: a power of two, results 0.5 .. 6) restores the value; a factor
-// that small could not be folded into the fp32 scale without underflowing small B products.
+// bf16: magnitude bits at 6..8 read as bf16 = value * 2^-126 (code 1 a bf16 subnormal).
 // Register r holds elements (r, r + 4), nibbles 16 bits apart: masked to those two nibbles (moved
 // down a byte first for r >= 2), one multiply places each nibble twice, magnitude at 6..8 and sign
 // at 15 (x 2^6 + x 2^12 for nibble 0, x 2^2 + x 2^8 for nibble 1; the copies do not overlap, so
-// nothing carries), and a mask keeps those bits: 4 instructions per register, 17 per word
-// against 19 for a shift and mask per field (the bits are the same).
+// nothing carries), and a mask keeps those bits: 3 instructions per register, 13 per word
+// against 15 for a shift and mask per field (the bits are the same).
 template <int r>
 __device__ __forceinline__ uint32_t e2m1_pair_bf16_bits(uint32_t w) {
   const uint32_t src = r < 2 ? w : w >> 8;
@@ -94,15 +92,25 @@ __device__ __forceinline__ uint32_t e2m1_pair_bf16_bits(uint32_t w) {
   constexpr uint32_t kTwoCopies = r % 2 == 0 ? (1u << 6) + (1u << 12) : (1u << 2) + (1u << 8);
   return ((src & kNibbles) * kTwoCopies) & 0x81C081C0u;
 }
+constexpr int kBf16BitsDecodeExponent = -126;
 
+// The values times 2^-126, as the bits above give them. The tensor cores take the subnormal
+// (code 1) exactly; the GEMV feeds these where B is staged times 2^70 (gemv_mma.cuh), so that
+// every product stays a normal fp32 number.
+__device__ __forceinline__ Regs4 e2m1x8_to_bf16_bits(uint32_t w) {
+  return {{e2m1_pair_bf16_bits<0>(w), e2m1_pair_bf16_bits<1>(w), e2m1_pair_bf16_bits<2>(w), e2m1_pair_bf16_bits<3>(w)}};
+}
+
+// The values themselves: one bf16x2 multiply per register by 2^126 (exact: a power of two,
+// results 0.5 .. 6), 17 instructions per word. A factor that small could not be folded into the fp32 scale without
+// underflowing the products of small B values.
 __device__ __forceinline__ Regs4 e2m1x8_to_bf16(uint32_t w) {
-  const uint32_t bits[4] = {e2m1_pair_bf16_bits<0>(w), e2m1_pair_bf16_bits<1>(w), e2m1_pair_bf16_bits<2>(w),
-                            e2m1_pair_bf16_bits<3>(w)};
+  const Regs4 bits = e2m1x8_to_bf16_bits(w);
   Regs4 out;
   const __nv_bfloat162 two_pow_126 = __halves2bfloat162(__ushort_as_bfloat16(0x7E80u), __ushort_as_bfloat16(0x7E80u));
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits[r]), two_pow_126);
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits.reg[r]), two_pow_126);
     out.reg[r] = *reinterpret_cast<const uint32_t*>(&v);
   }
   return out;
