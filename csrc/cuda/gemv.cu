@@ -47,6 +47,30 @@ int gemv_warps_per_tile(int64_t tiles, int64_t segments) {
   return warps_k;
 }
 
+// Whether the GPU's DRAM feeds each SM fast enough that the kernel is bound by instruction issue
+// rather than by waiting on memory: peak DRAM bytes per second per SM (from the memory clock and
+// bus width) at or above kIssueBoundDramBytesPerSm. There the one-CTA-per-SM build, whose loop
+// has the registers to keep more work in flight per warp, is the faster one at every size; below
+// it, two CTAs per SM hide memory latency better once each SM has work enough. Measured
+// (docs/performance.md, A/B of both builds): H200 (4.8 TB/s, 132 SMs: 36 GB/s per SM) +3 to +10
+// points of copy bandwidth at every shape and variant; H100 SXM (3.35 TB/s: 25 GB/s per SM) -1.5
+// points at 2^28 weights. Other GPUs were never measured; the threshold sits between the two.
+constexpr double kIssueBoundDramBytesPerSm = 30e9;
+
+bool dram_feeds_sms_fast(int device, int64_t sms) {
+  static std::array<std::atomic<int>, 64> cached{};  // 0 unknown, 1 no, 2 yes
+  if (device >= 0 && device < static_cast<int>(cached.size()) && cached[device].load() != 0) {
+    return cached[device].load() == 2;
+  }
+  int memory_khz = 0, bus_bits = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  const double bytes_per_second = 2.0 * memory_khz * 1e3 * bus_bits / 8.0;  // double data rate
+  const bool fast = bytes_per_second / static_cast<double>(sms) >= kIssueBoundDramBytesPerSm;
+  if (device >= 0 && device < static_cast<int>(cached.size())) cached[device].store(fast ? 2 : 1);
+  return fast;
+}
+
 template <class Format, typename BT>
 bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   using Layout = MmaGemvLayout<Format, BT>;
@@ -73,15 +97,20 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   constexpr int64_t kShortWorkSegmentsPerSm = 640;
   const bool short_work = tiles * batches * segments < kShortWorkSegmentsPerSm * sms &&
                           (sms / batches) * batches * 10 >= sms * 9;
+  // The kernel's build (gemv_mma.cuh): the one for one CTA per SM, with the registers that frees,
+  // where a call gets one CTA per SM anyway (short work) or the GPU is issue-bound (above). H100,
+  // A/B of the builds with the old loop: +0.5 to +2 points at (7168, 2048, 4) and (7168, 16384, 1).
+  const int device = out.get_device();
+  const bool one_cta_per_sm = short_work || dram_feeds_sms_fast(device, sms);
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
-    const auto kernel = gemv_mma_kernel<Format, BT, OutT>;
+    const auto kernel = one_cta_per_sm ? gemv_mma_kernel_one_cta_per_sm<Format, BT, OutT> : gemv_mma_kernel<Format, BT, OutT>;
     // Opt in to more than 48 KB of shared memory (once per kernel, device and size).
-    static std::array<std::atomic<size_t>, 64> opted_in{};
-    const size_t device = static_cast<size_t>(out.get_device());
-    if (smem > 48 * 1024 && (device >= opted_in.size() || opted_in[device].load() < smem)) {
+    static std::array<std::array<std::atomic<size_t>, 64>, 2> opted_in_by_build{};
+    auto& opted_in = opted_in_by_build[one_cta_per_sm ? 1 : 0];
+    if (smem > 48 * 1024 && (static_cast<size_t>(device) >= opted_in.size() || opted_in[device].load() < smem)) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      if (device < opted_in.size()) opted_in[device].store(smem);
+      if (static_cast<size_t>(device) < opted_in.size()) opted_in[device].store(smem);
     }
     // As many CTAs as are resident at once, shared among the batches, never more groups than
     // tiles: each group then streams an even share of its batch's tiles in one wave.

@@ -33,9 +33,10 @@
 // (docs/performance.md).
 // B never changes within a CTA, so the CTA's threads stage the B operand registers once, in shared
 // memory, in exactly the order the lanes read them (plus a zero run for lanes whose column is not
-// the active one). bf16 B is staged times 2^70 where its batch's values allow it, so that A's
-// decoded bits (values times 2^-126) feed the MMAs without the decoder's multiply
-// (kBf16BStagingExponent); the kernel holds both loops and each CTA runs one. After each segment
+// the active one). In the build for one CTA per SM (gemv_mma_kernel_one_cta_per_sm), bf16 B is
+// staged times 2^70 where its batch's values allow it, so that A's decoded bits (values times
+// 2^-126) feed the MMAs without the decoder's multiply (kBf16BStagingExponent); that build holds
+// both loops and each CTA runs one. After each segment
 // the partials a lane holds (four blocks of NVFP4, two of MXFP4) are scaled in fp32 (block scale
 // times B's block scale, NaN propagating) and added to its row's sum; at the end of a tile the
 // lanes and the group's warps combine them in a fixed order, so results are bitwise reproducible.
@@ -271,9 +272,9 @@ __device__ __forceinline__ uint32_t next_stage_offset(uint32_t offset) {
   return offset == (kMmaStages - 1) * kStageBytes ? 0 : offset + kStageBytes;
 }
 
-template <class Format, typename BT, typename OutT>
-__global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
-    gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, MmaSchedule schedule) {
+// The kernel's body, built twice (the two kernels at the end of this file).
+template <class Format, typename BT, typename OutT, bool kOneCtaPerSm>
+__device__ __forceinline__ void gemv_mma(const GemvArgs& args, OutT* __restrict__ out, const MmaSchedule& schedule) {
   using Layout = MmaGemvLayout<Format, BT>;
   constexpr int kRangeBlocks = Layout::kBlocksPerRange, kSegmentBlocks = Layout::kBlocksPerSegment;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -351,10 +352,12 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
 
   // B's operands are staged by all the CTA's threads while the first A segments are on their way.
   // bf16 B is staged shifted for the raw-bits decode of A when the whole batch allows it (every
-  // CTA of a batch decides the same), and staged again unshifted otherwise.
-  constexpr bool kBf16B = std::is_same_v<BT, __nv_bfloat16>;
+  // CTA of a batch decides the same), and staged again unshifted otherwise. Only with the
+  // registers of one CTA per SM: under the 64 of two CTAs ptxas needs 78 for the two loops, and a
+  // build with the shifted loop alone measured the same as the plain one (docs/performance.md).
+  constexpr bool kMayShiftB = kOneCtaPerSm && std::is_same_v<BT, __nv_bfloat16>;
   bool shifted_b = false;
-  if constexpr (kBf16B) {
+  if constexpr (kMayShiftB) {
     shifted_b = !__syncthreads_or(!stage_b<Format, BT, true>(args, l, segments, slots, b_scales));
     if (!shifted_b) stage_b<Format, BT>(args, l, segments, slots, b_scales);
   } else {
@@ -502,10 +505,26 @@ __global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
     }
   };
   if (shifted_b) {
-    if constexpr (kBf16B) stream_segments(std::true_type{});
+    if constexpr (kMayShiftB) stream_segments(std::true_type{});
   } else {
     stream_segments(std::false_type{});
   }
+}
+
+// The two builds of the kernel, alike but for the register budget ptxas gets (and the shifted bf16
+// B path, which needs the registers). gemv_mma_kernel: ptxas's own choice, 62-64 registers, so two
+// 16-warp CTAs fit on an SM. gemv_mma_kernel_one_cta_per_sm: up to 128 (ptxas takes 79-92), one
+// such CTA per SM. Which is faster depends on the GPU and the work (gemv.cu, the launcher).
+template <class Format, typename BT, typename OutT>
+__global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32)
+    gemv_mma_kernel(GemvArgs args, OutT* __restrict__ out, MmaSchedule schedule) {
+  gemv_mma<Format, BT, OutT, false>(args, out, schedule);
+}
+
+template <class Format, typename BT, typename OutT>
+__global__ void __launch_bounds__(kMmaMaxWarpsPerCta * 32, 1)
+    gemv_mma_kernel_one_cta_per_sm(GemvArgs args, OutT* __restrict__ out, MmaSchedule schedule) {
+  gemv_mma<Format, BT, OutT, true>(args, out, schedule);
 }
 
 }  // namespace fp4ops::cuda
