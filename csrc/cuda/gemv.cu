@@ -52,9 +52,10 @@ int gemv_warps_per_tile(int64_t tiles, int64_t segments) {
 // bus width) at or above kIssueBoundDramBytesPerSm. There the one-CTA-per-SM build, whose loop
 // has the registers to keep more work in flight per warp, is the faster one at every size; below
 // it, two CTAs per SM hide memory latency better once each SM has work enough. Measured
-// (docs/performance.md, A/B of both builds): H200 (4.8 TB/s, 132 SMs: 36 GB/s per SM) +3 to +10
-// points of copy bandwidth at every shape and variant; H100 SXM (3.35 TB/s: 25 GB/s per SM) -1.5
-// points at 2^28 weights. Other GPUs were never measured; the threshold sits between the two.
+// (docs/performance.md, A/B of the builds on the suite's shapes): H200 (4.8 TB/s, 132 SMs: 36 GB/s
+// per SM) +2 to +10 points of copy bandwidth at 2^28 weights and +0.5 to +5 at the seed shapes,
+// every variant; H100 SXM (3.35 TB/s: 25 GB/s per SM) -1 to -1.5 points at 2^28 weights and
+// (4096, 7168, 8). Other GPUs were never measured; the threshold sits between the two.
 constexpr double kIssueBoundDramBytesPerSm = 30e9;
 
 bool dram_feeds_sms_fast(int device, int64_t sms) {
@@ -99,7 +100,9 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
                           (sms / batches) * batches * 10 >= sms * 9;
   // The kernel's build (gemv_mma.cuh): the one for one CTA per SM, with the registers that frees,
   // where a call gets one CTA per SM anyway (short work) or the GPU is issue-bound (above). H100,
-  // A/B of the builds with the old loop: +0.5 to +2 points at (7168, 2048, 4) and (7168, 16384, 1).
+  // against the plain build alone: +0.5 to +2.2 points at (7168, 2048, 4); at (7168, 16384, 1)
+  // +0.7 to +1 for FP4 B but -1.3 to -1.6 for bf16 B (its shifted path; the one-CTA build without
+  // it measured within 0.5 there: docs/performance.md).
   const int device = out.get_device();
   const bool one_cta_per_sm = short_work || dram_feeds_sms_fast(device, sms);
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
