@@ -53,7 +53,7 @@ int gemv_warps_per_tile(int64_t tiles, int64_t segments) {
 // has the registers to keep more work in flight per warp, is the faster one at every size; below
 // it, two CTAs per SM hide memory latency better once each SM has work enough. Measured
 // (docs/performance.md, A/B of the builds on the suite's shapes): H200 (4.8 TB/s, 132 SMs: 36 GB/s
-// per SM) +2 to +10 points of copy bandwidth at 2^28 weights and +0.5 to +5 at the seed shapes,
+// per SM) +2 to +10 points of copy bandwidth at 2^28 weights and +0.5 to +3 at (7168, 2048, 4),
 // every variant; H100 SXM (3.35 TB/s: 25 GB/s per SM) -1 to -1.5 points at 2^28 weights and
 // (4096, 7168, 8). Other GPUs were never measured; the threshold sits between the two.
 constexpr double kIssueBoundDramBytesPerSm = 30e9;
