@@ -115,7 +115,7 @@ def block_maxima_at_e4m3_boundaries(g: float) -> torch.Tensor:
     return m[torch.isfinite(m) & (m >= 0)]
 
 
-@pytest.mark.parametrize("g", [1.0, 0.37, 3.1e-5, 2.0**-100, 2.0**-101, 1e-40, 3e38])
+@pytest.mark.parametrize("g", [1.0, 0.37, 3.1e-5, 2.0**-100, 2.0**-101, 2.0**100, 2.0**101, 1e-40, 3e38])
 @pytest.mark.parametrize("path", ["plain", "stochastic", "2d", "rowwise_columnwise", "rowwise_columnwise_2d"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_scale_codes_at_e4m3_rounding_boundaries(dtype, g, path):
@@ -125,7 +125,9 @@ def test_scale_codes_at_e4m3_rounding_boundaries(dtype, g, path):
     subnormal and huge g. Each 16-row group shares its maximum m in column 0, so the rowwise and
     the columnwise blocks (and the 16x16 tiles) all see it. bf16 x rounds m to 8 bits, which
     still lands exactly on the ties whenever 6 g times the midpoint is a bf16 value (g = 1), and
-    takes the 16-bit kernels (the two-copy call's own instance among them)."""
+    takes the 16-bit kernels (the two-copy call's own instance among them). 2^-100 and 2^100 are
+    the ends of the range where the kernels bracket the divisions (ScaleBracket), 2^-101 and 2^101
+    just outside it."""
     m = block_maxima_at_e4m3_boundaries(g).repeat_interleave(16)
     x = (torch.rand(m.numel(), 32) * 2 - 1) * m[:, None]
     x[:, 0] = m * torch.where(torch.rand(m.numel()) < 0.5, -1.0, 1.0)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "../common/block_formats.h"
@@ -122,16 +123,58 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
 // NVFP4 with each block's element multiplier 1 / (dec(code) * g) looked up rather than divided:
 // g is fixed per launch, so a CTA tabulates the 127 possible values once, with the very function
 // Nvfp4Format::encode calls (same bits). The division was ~20 of the ~280 instructions a thread
-// spends per 16 bf16 elements.
+// spends per 16 bf16 elements. The block scale skips its two divisions where a bracket decides it
+// (ScaleBracket).
+// SPEC 2.3's block scale code sb = e4m3((bmax / 6) / g) without the two divisions, wherever a
+// bracket decides it. With K = (1 / 6) / g (both divisions correctly rounded), the exact chain's
+// quotient t and bmax K differ by a factor within 1 +- 5.1 x 2^-24 (five roundings, none of them
+// subnormal where sb can be nonzero: scale_bracket_for's range), so t lies between
+// bmax (K (1 - 2^-20)) and bmax (K (1 + 2^-20)), each product and factor rounded once more.
+// E4M3's rounding is monotone: where both ends give one code, t gives it too. Otherwise (t within
+// ~2^-20 of a rounding boundary: about one block in 2^16 of random data, more for data on a
+// coarse grid) the caller divides. ~10 instructions per block instead of the divisions' ~30.
+struct ScaleBracket {
+  float low = 0.0f;                                       // K (1 - 2^-20); 0 with high = Inf: off
+  float high = std::numeric_limits<float>::infinity();    // K (1 + 2^-20)
+
+  // Whether the bracket decides bmax's code (then in *code). Off: the low end's code is 0 and the
+  // high end's 0x7E (Inf) or 0x7F (0 x Inf is NaN), never equal.
+  __device__ __forceinline__ bool decides(float block_max, uint32_t* code) const {
+#if defined(FP4OPS_HW_E4M3)
+    uint32_t ends;  // e4m3 of the high end in byte 1, of the low end in byte 0
+    asm("{\n\t.reg .b16 pair;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 pair, %1, %2;\n\t"
+        "mov.b32 %0, {pair, 0};\n\t}"
+        : "=r"(ends)
+        : "f"(block_max * high), "f"(block_max * low));
+    *code = ends & 0xFFu;
+    return (ends >> 8) == *code;
+#else
+    return false;
+#endif
+  }
+};
+
+// The bracket for g where 2^-100 <= g <= 2^100, off otherwise. The range keeps K normal, and keeps
+// bmax / 6 normal wherever sb can be nonzero (that needs (bmax / 6) / g >= 2^-10, so bmax / 6 >=
+// 2^-110), which the bracket's error bound assumes.
+__device__ __forceinline__ ScaleBracket scale_bracket_for(float g) {
+  if (!(g >= 0x1p-100f && g <= 0x1p100f)) return {};
+  const float k = div_rn(div_rn(1.0f, kE2M1Max), g);
+  return {mul_rn(k, 1.0f - 0x1p-20f), mul_rn(k, 1.0f + 0x1p-20f)};
+}
+
 struct Nvfp4TabulatedFormat {
   static constexpr int kBlock = kNvfp4Block;
   static constexpr int kCodes = 128;  // scale codes 0..0x7E (and an unused 0x7F)
   Nvfp4Format format;
   const float* multipliers;  // [kCodes], shared memory
+  ScaleBracket bracket{};    // off unless set (scale_bracket_for)
 
   __device__ __forceinline__ BlockEncoding encode(float block_max, bool block_is_finite) const {
     if (!block_is_finite || !nvfp4_global_scale_is_valid(format.global_scale)) return {kE4M3NaN, 0.0f, true};
-    const uint32_t code = format.scale_code(block_max);
+    uint32_t code;
+    if (!bracket.decides(block_max, &code)) code = format.scale_code(block_max);
     return {code, multipliers[code], false};
   }
 };
@@ -155,7 +198,7 @@ __device__ __forceinline__ Nvfp4TabulatedFormat tabulate_source(const Nvfp4Sourc
     source.publish(format);
   }
   tabulate_multipliers(format, table);
-  return {format, table};
+  return {format, table, scale_bracket_for(format.global_scale)};
 }
 
 template <typename T, bool kAligned, class Source, class ScaleIndex>
