@@ -99,12 +99,13 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   const bool short_work = tiles * batches * segments < kShortWorkSegmentsPerSm * sms &&
                           (sms / batches) * batches * 10 >= sms * 9;
   // The kernel's build (gemv_mma.cuh): the one for one CTA per SM, with the registers that frees,
-  // where a call gets one CTA per SM anyway (short work) or the GPU is issue-bound (above). H100,
-  // against the plain build alone: +0.5 to +2.2 points at (7168, 2048, 4); at (7168, 16384, 1)
-  // +0.7 to +1 for FP4 B but -1.3 to -1.6 for bf16 B (its shifted path; the one-CTA build without
-  // it measured within 0.5 there: docs/performance.md).
+  // where a call gets one CTA per SM anyway (short work) or the GPU is issue-bound (above); its
+  // shifted bf16-B path only on the latter. H100, against the plain build alone: +0.5 to +2.2
+  // points at (7168, 2048, 4); at (7168, 16384, 1) +0.7 to +1 for FP4 B, and -1.3 to -1.6 for
+  // bf16 B with the shifted path, within 0.5 without it (docs/performance.md).
   const int device = out.get_device();
-  const bool one_cta_per_sm = short_work || dram_feeds_sms_fast(device, sms);
+  const bool issue_bound = dram_feeds_sms_fast(device, sms);
+  const bool one_cta_per_sm = short_work || issue_bound;
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     const auto kernel = one_cta_per_sm ? gemv_mma_kernel_one_cta_per_sm<Format, BT, OutT> : gemv_mma_kernel<Format, BT, OutT>;
@@ -121,7 +122,7 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
     if (short_work) resident = std::min(resident, static_cast<int>(sms));
     const int64_t per_batch = std::clamp<int64_t>(resident / batches, 1, (tiles + groups - 1) / groups);
     const dim3 grid(static_cast<unsigned>(per_batch), static_cast<unsigned>(batches));
-    const MmaSchedule schedule{warps_k, tiles / per_batch, tiles % per_batch};
+    const MmaSchedule schedule{warps_k, tiles / per_batch, tiles % per_batch, /*shift_bf16_b=*/issue_bound};
     kernel<<<grid, warps * 32, smem, stream>>>(args, static_cast<OutT*>(out.mutable_data_ptr()), schedule);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -36,7 +36,8 @@
 // the active one). In the build for one CTA per SM (gemv_mma_kernel_one_cta_per_sm), bf16 B is
 // staged times 2^70 where its batch's values allow it, so that A's decoded bits (values times
 // 2^-126) feed the MMAs without the decoder's multiply (kBf16BStagingExponent); that build holds
-// both loops and each CTA runs one. After each segment
+// both loops and each CTA runs one (the shifted one only where the launcher allows it:
+// MmaSchedule::shift_bf16_b). After each segment
 // the partials a lane holds (four blocks of NVFP4, two of MXFP4) are scaled in fp32 (block scale
 // times B's block scale, NaN propagating) and added to its row's sum; at the end of a tile the
 // lanes and the group's warps combine them in a fixed order, so results are bitwise reproducible.
@@ -255,6 +256,7 @@ struct MmaSchedule {
   int warps_k;            // warps per tile (depends on M and K only: it fixes the summation order)
   int64_t tiles_per_cta;  // tiles / gridDim.x
   int64_t extra;          // tiles % gridDim.x
+  bool shift_bf16_b;      // the one-CTA build's shifted bf16-B path may run (the launcher's rule)
 
   // Tiles [*begin, *end) of group `group` (of `groups`) in CTA `cta`.
   __device__ __forceinline__ void group_tiles(int64_t cta, int group, int groups, int64_t* begin, int64_t* end) const {
@@ -355,14 +357,16 @@ __device__ __forceinline__ void gemv_mma(const GemvArgs& args, OutT* __restrict_
   // CTA of a batch decides the same), and staged again unshifted otherwise. Only with the
   // registers of one CTA per SM: under the 64 of two CTAs ptxas needs 78 for the two loops, and a
   // build with the shifted loop alone measured the same as the plain one (docs/performance.md).
+  // The launcher allows the shifted path per GPU (schedule.shift_bf16_b): on the H100 the one-CTA
+  // build's old loop is the faster one.
   constexpr bool kMayShiftB = kOneCtaPerSm && std::is_same_v<BT, __nv_bfloat16>;
   bool shifted_b = false;
   if constexpr (kMayShiftB) {
-    shifted_b = !__syncthreads_or(!stage_b<Format, BT, true>(args, l, segments, slots, b_scales));
-    if (!shifted_b) stage_b<Format, BT>(args, l, segments, slots, b_scales);
-  } else {
-    stage_b<Format, BT>(args, l, segments, slots, b_scales);
+    if (schedule.shift_bf16_b) {
+      shifted_b = !__syncthreads_or(!stage_b<Format, BT, true>(args, l, segments, slots, b_scales));
+    }
   }
+  if (!shifted_b) stage_b<Format, BT>(args, l, segments, slots, b_scales);
   if (threadIdx.x < Layout::kZeroRunBytes / 16) reinterpret_cast<uint4*>(zero_region)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
 
