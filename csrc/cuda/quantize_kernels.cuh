@@ -120,19 +120,16 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
   }
 }
 
-// NVFP4 with each block's element multiplier 1 / (dec(code) * g) looked up rather than divided:
-// g is fixed per launch, so a CTA tabulates the 127 possible values once, with the very function
-// Nvfp4Format::encode calls (same bits). The division was ~20 of the ~280 instructions a thread
-// spends per 16 bf16 elements. The block scale skips its two divisions where a bracket decides it
-// (ScaleBracket).
 // SPEC 2.3's block scale code sb = e4m3((bmax / 6) / g) without the two divisions, wherever a
 // bracket decides it. With K = (1 / 6) / g (both divisions correctly rounded), the exact chain's
 // quotient t and bmax K differ by a factor within 1 +- 5.1 x 2^-24 (five roundings, none of them
 // subnormal where sb can be nonzero: scale_bracket_for's range), so t lies between
 // bmax (K (1 - 2^-20)) and bmax (K (1 + 2^-20)), each product and factor rounded once more.
 // E4M3's rounding is monotone: where both ends give one code, t gives it too. Otherwise (t within
-// ~2^-20 of a rounding boundary: about one block in 2^16 of random data, more for data on a
-// coarse grid) the caller divides. ~10 instructions per block instead of the divisions' ~30.
+// ~2^-20 of a rounding boundary: about one block in 2^15 of random data, more for data on a
+// coarse grid) the caller divides. ~10 instructions per block instead of the divisions' ~30;
+// measured on the H200 +2 to +4 points of copy bandwidth for bf16 x, none on the H100
+// (docs/performance.md, change 18).
 struct ScaleBracket {
   float low = 0.0f;                                       // K (1 - 2^-20); 0 with high = Inf: off
   float high = std::numeric_limits<float>::infinity();    // K (1 + 2^-20)
@@ -164,6 +161,11 @@ __device__ __forceinline__ ScaleBracket scale_bracket_for(float g) {
   return {mul_rn(k, 1.0f - 0x1p-20f), mul_rn(k, 1.0f + 0x1p-20f)};
 }
 
+// NVFP4 with each block's element multiplier 1 / (dec(code) * g) looked up rather than divided:
+// g is fixed per launch, so a CTA tabulates the 127 possible values once, with the very function
+// Nvfp4Format::encode calls (same bits). The division was ~20 of the ~280 instructions a thread
+// spends per 16 bf16 elements. The block scale skips its two divisions where a bracket decides it
+// (ScaleBracket).
 struct Nvfp4TabulatedFormat {
   static constexpr int kBlock = kNvfp4Block;
   static constexpr int kCodes = 128;  // scale codes 0..0x7E (and an unused 0x7F)
