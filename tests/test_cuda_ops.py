@@ -76,6 +76,30 @@ def test_amax_matches_cpu():
     assert_exact(fp4ops.amax(odd.cuda()[1:]), fp4ops.amax(odd[1:]))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_amax_of_every_16_bit_value_among_non_finite_neighbours(dtype):
+    """16-bit amax keeps |x| + 1 ulp per lane so that Inf turns into a NaN that max drops: every
+    bit pattern, as the largest finite magnitude of a row whose other elements are NaN (several
+    payloads, both signs), +-Inf, +-0 and the smallest subnormal, at every position of the
+    16-byte words (one row per call). Reference: max |x| over the finite elements, in fp32."""
+    patterns = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16)
+    inf = 0x7F80 if dtype == torch.bfloat16 else 0x7C00
+    quiet = 0x7FC0 if dtype == torch.bfloat16 else 0x7E00
+    # NaNs (largest payload, negative, quiet, smallest of either sign), +-Inf, +-0, the smallest subnormal
+    others = torch.tensor([0x7FFF, 0xFFFF, quiet, inf + 1, 0x8000 | (inf + 1), inf, 0x8000 | inf, 0, 0x8000, 1],
+                          dtype=torch.int32).to(torch.int16)
+    row = 32
+    rows = others[torch.randint(0, len(others), (1 << 16, row))]
+    rows[torch.arange(1 << 16), torch.randint(0, row, (1 << 16,))] = patterns
+    values = rows.view(dtype)
+    finite = values.float().where(torch.isfinite(values.float()), torch.zeros(()))
+    want = finite.abs().amax(dim=1)
+    gpu_rows = values.cuda()
+    got = torch.stack([fp4ops.amax(gpu_rows[i]) for i in range(gpu_rows.shape[0])]).cpu()
+    bad = (got.view(torch.int32) != want.view(torch.int32)).nonzero().flatten()
+    assert bad.numel() == 0, f"{bad.numel()} rows differ, first {rows[bad[:4]].tolist()}: got {got[bad[:4]]}, want {want[bad[:4]]}"
+
+
 def test_amax_output_word_is_zeroed_before_the_blocks_add_to_it():
     """The amax kernel starts behind the kernel that zeroes its output word (programmatic
     dependent launch) and must wait for it before its atomics: with freed outputs reused by
