@@ -56,7 +56,7 @@ at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype) {
     T* values = static_cast<T*>(out.mutable_data_ptr());
     if (is_aligned(in, kCodeBytesPerUnit<T>) && is_aligned(values, 16)) {
       const int64_t num_units = num_bytes / kCodeBytesPerUnit<T>;
-      const unsigned grid = grid_for((num_units + kDecodeUnitsPerStep - 1) / kDecodeUnitsPerStep, kThreads, kFromE2m1MaxSteps);
+      const unsigned grid = grid_for(decode_steps(num_units), kThreads, kFromE2m1MaxSteps);
       cast_from_e2m1_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, values, num_bytes);
     } else {
       cast_from_e2m1_kernel<T, false><<<grid_for(num_bytes, kThreads), kThreads, 0, stream>>>(in, values, num_bytes);

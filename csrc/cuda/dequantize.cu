@@ -28,7 +28,7 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
   dispatch_float_type(dtype, "dtype", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* values = static_cast<T*>(out.mutable_data_ptr());
-    const unsigned grid = grid_for((num_units + kDecodeUnitsPerStep - 1) / kDecodeUnitsPerStep, kThreads, /*max_steps=*/1);
+    const unsigned grid = grid_for(decode_steps(num_units), kThreads, /*max_steps=*/1);
     with_scale_index(swizzled, out.sizes(), out.size(-1) / Source::Format::kBlock, [&](auto scale_index) {
       using Index = decltype(scale_index);
       with_bool(is_aligned(in, 16 / sizeof(T) / 2), [&](auto aligned) {

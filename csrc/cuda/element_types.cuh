@@ -210,6 +210,9 @@ __device__ __forceinline__ uint32_t loaded_max_bits(const Vec8<T> (&raw)[kGroups
 // 88-89%: a thread's next read is in flight while it decodes, not after its store.
 constexpr int kDecodeUnitsPerStep = 2;
 
+// Steps (grid-stride work items) for `num_units` units: what the decoding launchers size grids by.
+constexpr int64_t decode_steps(int64_t num_units) { return (num_units + kDecodeUnitsPerStep - 1) / kDecodeUnitsPerStep; }
+
 // The code bytes behind one unit: 8 bf16/fp16 outputs from 4, 4 fp32 outputs from 2.
 template <typename T>
 constexpr int kCodeBytesPerUnit = 8 / sizeof(T);

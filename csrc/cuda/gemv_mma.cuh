@@ -420,8 +420,10 @@ __device__ __forceinline__ void gemv_mma(const GemvArgs& args, OutT* __restrict_
     }
     // dk[i] = the partial sum of block kPartials * t + i; sa_codes its scale code.
     const auto kept = [&](int fragment, int column) { return upper ? d[fragment][2 + column] : d[fragment][column]; };
-    float dk[kPartials], sa[kPartials];
-    uint32_t sa_codes[kPartials];
+    // sa, sa_codes and sb are each read by some of the layouts only.
+    float dk[kPartials];
+    [[maybe_unused]] float sa[kPartials];
+    [[maybe_unused]] uint32_t sa_codes[kPartials];
     const uint32_t stage_scales = ring_base + stage_offset + scale_offset;
     if constexpr (Layout::kNvfp4) {
       dk[0] = kept(0, 0), dk[1] = kept(1, 0), dk[2] = kept(0, 1), dk[3] = kept(1, 1);
@@ -435,7 +437,7 @@ __device__ __forceinline__ void gemv_mma(const GemvArgs& args, OutT* __restrict_
       if constexpr (!Layout::kFp4B) sa[0] = e8m0_decode(sa_codes[0]), sa[1] = e8m0_decode(sa_codes[1]);
     }
     // B's block scales for FP4 B: fp32 bits times 2^-kDecodeExponent, or E8M0 codes.
-    uint32_t sb[kPartials];
+    [[maybe_unused]] uint32_t sb[kPartials];
     if constexpr (Layout::kFp4B && Layout::kNvfp4) {
       const uint4 v = lds_128(b_scale);
       sb[0] = v.x, sb[1] = v.y, sb[2] = v.z, sb[3] = v.w;
