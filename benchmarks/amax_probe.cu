@@ -12,7 +12,7 @@
 //   L2::256B    amax_kernel's loop with ld.global.nc.L1::no_allocate.L2::256B loads.
 // Build and run on the GPU, from benchmarks/:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -O3 -arch=sm_90 amax_probe.cu -o amax_probe && ./amax_probe
-// Results: docs/performance.md ("What bounds the unmet targets", the amax bullet).
+// Results: docs/performance.md ("What bounds the unmet targets", the "2^26 rows" bullet).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
