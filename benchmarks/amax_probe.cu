@@ -97,6 +97,8 @@ __global__ void one_pass_amax(const uint4* __restrict__ x, int64_t n, uint32_t* 
   if (threadIdx.x == 0) *out_bits = r, *arrived = 0;
 }
 
+// launch_utils.h's launch_dependent without its torch error check: this probe builds with nvcc
+// alone, and launch_utils.h includes ATen.
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, Args... args) {
   cudaLaunchAttribute attribute{};

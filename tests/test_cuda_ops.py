@@ -79,9 +79,10 @@ def test_amax_matches_cpu():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_amax_of_every_16_bit_value_among_non_finite_neighbours(dtype):
     """16-bit amax keeps |x| + 1 ulp per lane so that Inf turns into a NaN that max drops: every
-    bit pattern, as the largest finite magnitude of a row whose other elements are NaN (several
-    payloads, both signs), +-Inf, +-0 and the smallest subnormal, at every position of the
-    16-byte words (one row per call). Reference: max |x| over the finite elements, in fp32."""
+    bit pattern, as the largest finite magnitude of a 32-element row whose other elements are NaN
+    (several payloads, both signs), +-Inf, +-0 and the smallest subnormal, at a random position
+    (one row per call). Reference: max |x| over the finite elements, in fp32. Rows this short
+    take one group of eight per thread; the two-group loop is the next test's."""
     patterns = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16)
     inf = 0x7F80 if dtype == torch.bfloat16 else 0x7C00
     quiet = 0x7FC0 if dtype == torch.bfloat16 else 0x7E00
@@ -98,6 +99,24 @@ def test_amax_of_every_16_bit_value_among_non_finite_neighbours(dtype):
     got = torch.stack([fp4ops.amax(gpu_rows[i]) for i in range(gpu_rows.shape[0])]).cpu()
     bad = (got.view(torch.int32) != want.view(torch.int32)).nonzero().flatten()
     assert bad.numel() == 0, f"{bad.numel()} rows differ, first {rows[bad[:4]].tolist()}: got {got[bad[:4]]}, want {want[bad[:4]]}"
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_amax_of_large_tensors_with_non_finite_elements_matches_cpu(dtype):
+    """Tensors large enough that each thread takes several steps of two groups (more than two
+    groups of eight per thread at any grid the launcher picks), an odd tail, NaN and +-Inf
+    scattered, and the largest finite magnitude (negative half the time) at a random place, so
+    it falls in either group of a step and in the tail alike over the trials."""
+    n = 3 * (1 << 23) + 8 * 5 + 3
+    for trial in range(6):
+        x = torch.randn(n) * 100
+        x[torch.randint(0, n, (1000,))] = float("nan")
+        x[torch.randint(0, n, (100,))] = float("inf")
+        x[torch.randint(0, n, (100,))] = -float("inf")
+        place = n - 1 - trial if trial < 2 else torch.randint(0, n, ()).item()  # the tail, then anywhere
+        x[place] = 60000.0 if trial % 2 else -60000.0  # finite in fp16 and bf16, above every randn * 100
+        v = x.to(dtype)
+        assert_exact(fp4ops.amax(v.cuda()), fp4ops.amax(v))
 
 
 def test_amax_output_word_is_zeroed_before_the_blocks_add_to_it():
