@@ -37,6 +37,26 @@ def test_base_copy_has_this_tree_and_the_revisions_csrc(tmp_path):
     assert (target / header).read_bytes() == at_head
 
 
+def test_base_copy_from_a_csrc_folder(tmp_path):
+    """--base-csrc: the base side's kernels from a folder (a tree without git history)."""
+    old = tmp_path / "old_csrc"
+    shutil.copytree(REPO / "csrc", old)
+    marker = old / "cuda" / "gemv_mma.cuh"
+    marker.write_text(marker.read_text() + "\n// the base side's copy\n")
+    target = ab_bench.copy_with_base_kernels(None, tmp_path / "work", base_csrc=old)
+    assert (target / "csrc" / "cuda" / "gemv_mma.cuh").read_text().endswith("// the base side's copy\n")
+    assert sorted(p.name for p in (target / "csrc").rglob("*")) == sorted(p.name for p in old.rglob("*"))
+    assert (REPO / "csrc" / "cuda" / "gemv_mma.cuh").read_text() != marker.read_text()
+    with pytest.raises(ValueError, match="exactly one"):
+        ab_bench.copy_with_base_kernels("HEAD", tmp_path / "work", base_csrc=old)
+
+
+def test_base_csrc_must_be_a_csrc_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base-csrc", str(tmp_path), "--work", str(tmp_path / "work"), "--", "--families", "amax"])
+    assert "expected a csrc folder" in capsys.readouterr().err
+
+
 def write_run(run_dir: pathlib.Path, rows: list[dict]) -> None:
     run_dir.mkdir(parents=True)
     (run_dir / "suite_ab.json").write_text(json.dumps({"rows": rows}))

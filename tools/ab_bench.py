@@ -3,10 +3,12 @@ benchmarked in turns by the same harness (this tree's Python package), so only t
 
     python tools/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
         --no-eager --no-compile --no-torchao
+    python tools/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
 
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
-   temporary folder) and replaces its csrc with `git archive <base> csrc`;
+   temporary folder) and replaces its csrc with `git archive <base> csrc` (or with a copy of the
+   --base-csrc folder);
 2. builds both (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
    environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the two builds run at once, each with
    MAX_JOBS compilers);
@@ -35,12 +37,17 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 COPY_EXCLUDES = shutil.ignore_patterns(".git", "build", "*.so", "__pycache__", "*.egg-info", ".whl")
 
 
-def copy_with_base_kernels(base: str, work: pathlib.Path) -> pathlib.Path:
-    """This tree at work/base, with csrc as of revision `base`."""
+def copy_with_base_kernels(base: str | None, work: pathlib.Path, base_csrc: pathlib.Path | None = None) -> pathlib.Path:
+    """This tree at work/base, with csrc as of revision `base`, or copied from the folder base_csrc."""
+    if (base is None) == (base_csrc is None):
+        raise ValueError("give exactly one of base (a revision) and base_csrc (a folder)")
     target = work / "base"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(REPO, target, ignore=COPY_EXCLUDES)
     shutil.rmtree(target / "csrc")
+    if base_csrc is not None:
+        shutil.copytree(base_csrc, target / "csrc", ignore=COPY_EXCLUDES)
+        return target
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", base, "csrc"],
                              check=True, capture_output=True).stdout
     archive_path = work / "base_csrc.tar"
@@ -98,7 +105,9 @@ def summarize(runs: dict[str, pathlib.Path]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", required=True, help="revision whose csrc is the 'base' side (e.g. HEAD~1)")
+    base = parser.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base", help="revision whose csrc is the 'base' side (e.g. HEAD~1)")
+    base.add_argument("--base-csrc", type=pathlib.Path, help="folder holding the 'base' side's csrc")
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternating (default 2)")
     parser.add_argument("--out", default=None, help="folder for the logs, JSONs and ab_summary.md (default: <work>/results)")
     parser.add_argument("--work", default=None, help="folder for the base copy (default: a temporary one)")
@@ -112,8 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     out = pathlib.Path(args.out).resolve() if args.out else work / "results"
     out.mkdir(parents=True, exist_ok=True)
 
-    trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work)}
-    print(f"building this tree and {args.base}'s csrc (logs in {out}) ...", flush=True)
+    base_csrc = args.base_csrc.resolve() if args.base_csrc else None
+    if base_csrc is not None and not (base_csrc / "cuda").is_dir():
+        parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
+    trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work, base_csrc)}
+    print(f"building this tree and {args.base or base_csrc}'s csrc (logs in {out}) ...", flush=True)
     build_both(trees, out)
     runs: dict[str, pathlib.Path] = {}
     for round_index in range(1, args.rounds + 1):
