@@ -55,6 +55,7 @@ def test_base_csrc_must_be_a_csrc_folder(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ab_bench.main(["--base-csrc", str(tmp_path), "--work", str(tmp_path / "work"), "--", "--families", "amax"])
     assert "expected a csrc folder" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()  # refused before anything was created
 
 
 def write_run(run_dir: pathlib.Path, rows: list[dict]) -> None:

@@ -116,14 +116,14 @@ def main(argv: list[str] | None = None) -> None:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    base_csrc = args.base_csrc.resolve() if args.base_csrc else None
+    if base_csrc is not None and not (base_csrc / "cuda").is_dir():
+        parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="fp4ops-ab-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out = pathlib.Path(args.out).resolve() if args.out else work / "results"
     out.mkdir(parents=True, exist_ok=True)
 
-    base_csrc = args.base_csrc.resolve() if args.base_csrc else None
-    if base_csrc is not None and not (base_csrc / "cuda").is_dir():
-        parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
     trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work, base_csrc)}
     print(f"building this tree and {args.base or base_csrc}'s csrc (logs in {out}) ...", flush=True)
     build_both(trees, out)
