@@ -11,8 +11,8 @@ namespace fp4ops {
 
 // Philox4x32-10's round keys for one seed: {k0, k1} of round i is the seed's halves plus i times
 // the Weyl constants. Every block of a call uses the same keys, so they are computed once per call
-// and the GPU kernels read them from their parameters: the per-round key additions and the moves
-// they needed were ~30 of a block's ~75 Philox instructions (sm_90 SASS).
+// and the GPU kernels read them from their parameters: a block's ten rounds then carry no key
+// additions, nor the moves those would need.
 struct PhiloxKeys {
   uint32_t k0[10], k1[10];
 };
@@ -115,8 +115,7 @@ FP4OPS_HD Philox4 philox4x32_10(uint64_t block, bool columnwise, uint64_t offset
 // that position (exponent and top mantissa bit: the code; the next 8 bits: floor(256 t)), offset
 // by 0xFC00 (1.0 -> 512, code 2). Below 1 the step is 0.5: position = floor(512 |y|), which the
 // GPU gets from one round-toward-zero add (16384 + |y| keeps 9 fraction bits) instead of a
-// float-to-int conversion: the conversions (three per element before) ran at a quarter of the
-// ALU rate.
+// float-to-int conversion, which issues at a lower rate than an add.
 FP4OPS_HD uint32_t e2m1_encode_stochastic(float y, uint32_t r) {
   const uint32_t bits = float_to_bits(y);
   const float a = fminf(bits_to_float(bits & 0x7FFFFFFFu), kE2M1Max);
@@ -146,9 +145,9 @@ FP4OPS_HD uint32_t e2m1_encode_stochastic(float y, uint32_t r) {
 // replicates each element's sign bit over its byte. The code nibble is the lane's bits 8..11.
 // `random_lanes`: the even element's byte in bits 0..7, the odd one's in bits 16..23. Returns the
 // nibbles in bytes 1 and 3 (e2m1x8_pack_lanes<1, 3>). Not for NaN (a finite x times the capped
-// multiplier never is one). The saturation, the clamp, the shift as IMAD.SHL and the sign
-// permute took the ALU pipe, which bounds the quantizers, from 113 to 81 instructions per block
-// (two FMNMX per element, a shift per pair; docs/recipe.md).
+// multiplier never is one). The saturating multiply, the clamp, the shift as IMAD.SHL and the
+// sign permute take the place of two FMNMX per element and a shift per pair on the ALU pipe, the
+// quantizers' busiest (docs/recipe.md, "Speed").
 __device__ __forceinline__ uint32_t e2m1x2_stochastic_lanes(float even, float odd, uint32_t random_lanes) {
   const auto shifted_bits = [](float y) {
     const float a = __saturatef(fabsf(y) * 0.125f);
@@ -170,8 +169,8 @@ __device__ __forceinline__ uint32_t e2m1x2_stochastic_lanes(float even, float od
 // The eight code bytes of one 16-element block encoded as `enc`, as two little-endian words
 // (elements 0-7, 8-15): round-to-nearest, or (stochastic) element i takes byte i % 4 of word
 // i / 4 of `random`. Words, not a byte array, and `random` by reference with a flag rather than
-// a nullable pointer: the GPU then keeps both in registers (the pointer and the byte array read
-// back as words had put them in a stack frame: ~0.75 extra L2 write sectors per block, measured).
+// a nullable pointer: the GPU then keeps both in registers, where a byte array read back as
+// words, or a pointer, would put them in a stack frame (local-memory traffic on every block).
 FP4OPS_HD void encode_block16(const float (&v)[16], const BlockEncoding& enc, bool stochastic, const Philox4& random,
                               uint32_t (&out)[2]) {
   if (!stochastic) {

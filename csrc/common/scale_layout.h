@@ -11,8 +11,8 @@
 namespace fp4ops {
 
 // n / d for 32-bit n by a multiply and shifts (Granlund-Montgomery), d fixed per launch: the
-// per-block index math of the swizzled layout would otherwise cost two ~20-instruction integer
-// divisions, a visible share of the ALU-bound 16-bit quantizers.
+// per-block index math of the swizzled layout would otherwise cost two integer divisions (each a
+// long instruction sequence on the GPU) on the ALU pipe, the 16-bit quantizers' busiest.
 struct FastDivU32 {
   uint32_t d;
   uint32_t magic;

@@ -79,7 +79,8 @@ __device__ __forceinline__ void load_block16(const T* __restrict__ x, int64_t b,
 // IMADs run on the FMA pipe, which the plain quantizer leaves mostly idle, where the mask would
 // take the ALU pipe that bounds it (written in PTX so that the compiler does not fold it back
 // into a mask). Only for kernels whose FMA pipe is idle: the recipe's Hadamard, 2D and
-// stochastic-rounding kernels lost 0.5 to 3 points of copy with it on an H200.
+// stochastic-rounding kernels, whose FMA pipe is busier, keep the mask (chosen by measurement:
+// docs/performance.md, "Quantizer: loop and encoder").
 __device__ __forceinline__ uint32_t high_half_in_place(uint32_t w) {
   uint32_t out;
   asm("{\n\t.reg .u32 hi;\n\tmul.hi.u32 hi, %1, 65536;\n\tmul.lo.u32 %0, hi, 65536;\n\t}" : "=r"(out) : "r"(w));
@@ -87,8 +88,8 @@ __device__ __forceinline__ uint32_t high_half_in_place(uint32_t w) {
 }
 
 // Eight elements widened to fp32 (exact), into v[0..7]. bf16 pairs by bit operations: the low
-// element shifted up, the high one masked in place (the compiler's own widening moved the high
-// half down and back up: 3 instructions per pair instead of 2, sm_90 SASS).
+// element shifted up, the high one masked in place: 2 instructions per pair, where the compiler's
+// own widening moves the high half down and back up.
 // kHighHalfOnFmaPipe: the high element by high_half_in_place instead of the mask.
 template <typename T, bool kHighHalfOnFmaPipe = false>
 __device__ __forceinline__ void widen8(const Vec8<T>& raw, float* v) {
@@ -151,8 +152,8 @@ __device__ __forceinline__ void load_chunk32(const T* __restrict__ x, int64_t ch
 // otherwise it is exactly the finite max. The max is taken in fp32 with NaN propagation
 // (max.NaN.f32, sm_80+: a NaN makes the result the canonical NaN 0x7FFFFFFF) on |v_j|, which the
 // compiler folds into the instruction's operand modifier: one FMNMX per element, where the same
-// max of the masked bits as unsigned ints took 1.5 (a LOP3 each and a 3-input VIMNMX per two,
-// sm_90 SASS).
+// max of the masked bits as unsigned ints needs a LOP3 per element and a 3-input integer max per
+// two.
 constexpr uint32_t kInfBits = 0x7F800000u;
 
 __device__ __forceinline__ float max_nan(float a, float b) {
@@ -205,9 +206,9 @@ __device__ __forceinline__ uint32_t loaded_max_bits(const Vec8<T> (&raw)[kGroups
 }
 
 // Kernels that decode E2M1 codes into 16-byte output vectors (dequantize, cast from E2M1) take
-// this many vectors ("units") per thread and step. Measured on the H200 (dequantize, 2^26 / 2^28
-// elements): two units with both loads issued first 90-91% / 94-96% of copy, one unit 85-86% /
-// 88-89%: a thread's next read is in flight while it decodes, not after its store.
+// this many vectors ("units") per thread and step, with every unit's load issued first: a thread's
+// next read is in flight while it decodes, not after its store (chosen by measurement:
+// docs/performance.md, "Decoding kernels: units per step").
 constexpr int kDecodeUnitsPerStep = 2;
 
 // Steps (grid-stride work items) for `num_units` units: what the decoding launchers size grids by.

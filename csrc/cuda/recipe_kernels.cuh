@@ -31,8 +31,8 @@ constexpr int kRecipeTileBlocks = 4;  // 16-element blocks per tile row: 64 colu
 constexpr int kRecipeRowStride = 65;  // fp32 words per shared tile row (padded against bank conflicts)
 
 // Tile counts fit in 32 bits (the launcher checks), so the per-tile index math is 32-bit.
-// The divisors are precomputed (FastDivU32): two 32-bit divisions per tile took ~40 instructions
-// of the loop's head (sm_90 SASS).
+// The divisors are precomputed (FastDivU32): a multiply-high and shifts per division instead of
+// two 32-bit integer divisions in every tile's loop head.
 struct RecipeTiles {
   int64_t rows, k;
   int64_t strips;        // ceil(rows / 16): 16-row strips per matrix
@@ -77,9 +77,9 @@ __device__ __forceinline__ void store_block(const RecipeOut<ScaleIndex>& out, in
 }
 
 // The max of 16 block maxima stored contiguously in shared memory (16-byte aligned): four 16-byte
-// loads and 3-input maxes, where 16 word loads and maxes took three times the instructions. Both
-// 2D kernels keep their maxima by block column, a tile's 16 rows adjacent (the strip kernel reads
-// them the same way, written out).
+// loads and 3-input maxes instead of 16 word loads and 16 maxes. Both 2D kernels keep their
+// maxima by block column, a tile's 16 rows adjacent (the strip kernel reads them the same way,
+// written out).
 __device__ __forceinline__ uint32_t max_of_16(const uint32_t* p) {
   const uint4* q = reinterpret_cast<const uint4*>(p);
   uint32_t m = 0;
@@ -115,10 +115,11 @@ __device__ __forceinline__ void load_chunk32_flipped(const T* __restrict__ x, in
 // kAmaxOnly: reduce the finite max of the rotated rowwise / columnwise groups into
 // amax_bits[0] / amax_bits[1] (zeroed by the primary grid, or before the launch) and store nothing.
 // kPlainPair: the common two-copy call (rowwise and columnwise, round-to-nearest, no rotation; 1D
-// or 2D scales) as compile-time facts, so its instance carries no Philox or butterfly code. Left
-// to itself ptxas then gave it 63 registers (4 CTAs per SM) and it measured 2% slower than the
-// general instance; capped at 5 CTAs per SM it takes 46-48 without spilling for 16-bit x and
-// linear scales, and measured 2-3% faster (docs/recipe.md). The launcher uses it for those only.
+// or 2D scales) as compile-time facts, so its instance carries no Philox or butterfly code. It is
+// capped at 5 CTAs per SM: uncapped, the compiler gives it registers for fewer CTAs per SM and it
+// loses its gain over the general instance (chosen by measurement: docs/recipe.md, "Speed").
+// Under the cap it spills except for 16-bit x and linear scales, so the launcher uses it for
+// those only.
 template <typename T, bool kAligned, bool kAmaxOnly, class RowIndex, class ColIndex, bool kPlainPair = false>
 __global__ void __launch_bounds__(kRecipeThreads, kPlainPair ? 5 : 0)
 recipe_kernel(const T* __restrict__ x, RecipeTiles tiles, RecipeOptions opt, Nvfp4Source row_source,
@@ -289,7 +290,7 @@ recipe_rowwise_kernel(const T* __restrict__ x, int64_t num_blocks, RecipeOptions
 // lanes' block maxima meet in shared memory, where after one barrier each lane takes the max of
 // its block column. Two buffers of maxima make that the only barrier per unit, and the next unit's
 // elements are loaded into registers before it, so the barrier's wait overlaps the memory latency.
-// (A cp.async ring two units deep instead measured slower: docs/recipe.md.)
+// One unit ahead, in registers, is the prefetch chosen by measurement (docs/recipe.md, "Speed").
 constexpr int kStripRows = 16;
 constexpr int kStripBlocks = 32;
 constexpr int kStripThreads = kStripRows * 32;
@@ -323,8 +324,8 @@ __device__ __forceinline__ StripBlock strip_block(const StripUnits& units, uint3
 }
 
 // The strip kernels' body. kStochastic: opt.stochastic as a compile-time constant, one kernel per
-// rounding mode (with both in one kernel the round-to-nearest path needed 57 registers instead of
-// 55 and measured 3% slower: docs/recipe.md).
+// rounding mode, so the round-to-nearest kernel is compiled without the stochastic path's register
+// demand (chosen by measurement: docs/recipe.md, "Speed").
 template <typename T, bool kAligned, bool kStochastic, class ScaleIndex>
 __device__ __forceinline__ void quantize_strips(const T* __restrict__ x, const StripUnits& units, RecipeOptions opt,
                                                 const Nvfp4Source& source, const RecipeOut<ScaleIndex>& out) {
@@ -352,8 +353,8 @@ __device__ __forceinline__ void quantize_strips(const T* __restrict__ x, const S
     }
     block_max[buffer][lane][row] = own_max;
     __syncthreads();  // a unit's maxima are read only here; the other buffer is written next
-    // max_of_16, written out: calling it here changed this kernel's scheduling (584 instead of 568
-    // SASS instructions) and measured ~1% slower at 2^26 (docs/recipe.md).
+    // max_of_16, written out: calling it here changes this kernel's instruction scheduling for the
+    // worse (docs/recipe.md, "Speed").
     const uint4* column = reinterpret_cast<const uint4*>(block_max[buffer][lane]);
     uint32_t tile_max = 0;
 #pragma unroll
@@ -376,9 +377,9 @@ recipe_rowwise_2d_kernel(const T* __restrict__ x, StripUnits units, RecipeOption
 }
 
 // The same for bf16 x, linear scales and round-to-nearest, capped at 3 CTAs of 512 threads per
-// SM: 40 registers without spilling (42 uncapped, 2 CTAs per SM), measured 4-5% faster
-// (docs/recipe.md). Under the cap the other dtypes, the swizzled layout and stochastic rounding
-// spill (8-164 bytes), so they keep the kernel above.
+// SM, which this instance fits without spilling: the kernel is latency-bound, and more CTAs per
+// SM hide more of it (chosen by measurement: docs/recipe.md, "Speed"). Under the cap the other
+// dtypes, the swizzled layout and stochastic rounding spill, so they keep the kernel above.
 template <bool kAligned>
 __global__ void __launch_bounds__(kStripThreads, 3)
 recipe_rowwise_2d_bf16_kernel(const __nv_bfloat16* __restrict__ x, StripUnits units, RecipeOptions opt,
