@@ -1,9 +1,9 @@
 """Cost of each NVFP4 training-recipe option over the plain quantizer, on the GPU.
 
-    python benchmarks/bench_recipe.py [--sizes 26 28] [--k 8192] [--json PATH]
+    python -m benchmarks.bench_recipe [--sizes 26 28] [--k 8192] [--json PATH]   (from the repository root)
 
 x is a bf16 [2^n / K, K] matrix, the global scale is given (so every row times one pass over x),
-cold L2, CUDA events, median of 30 calls (the suite's harness, fp4ops.bench.harness; the suite's
+cold L2, CUDA events, median of 30 calls (the suite's harness, benchmarks.suite.harness; the suite's
 "nvfp4 recipe" family times the same calls and checks their outputs). "cost" is the time
 over the plain quantizer's; "share" is bandwidth against the same-run copy ceiling with the bytes
 each variant must move (rowwise + columnwise writes two outputs).
@@ -18,8 +18,9 @@ import torch
 from tabulate import tabulate
 
 import fp4ops
-from fp4ops.bench.cases import RECIPE_VARIANTS
-from fp4ops.bench.harness import Timer, banner, banner_line, measure_ceilings
+
+from benchmarks.suite.cases import RECIPE_VARIANTS
+from benchmarks.suite.harness import Timer, banner, banner_line, measure_ceilings
 
 
 def rows_for(numel: int, k: int, copy_gbs: float, timer: Timer) -> list[dict]:

@@ -7,7 +7,7 @@ them back to DRAM inside the timed region. This times the same calls after two f
 
 and prints % of the copy ceiling (itself measured both ways) per row.
 
-    python benchmarks/flush_effect.py
+    python -m benchmarks.flush_effect   (from the repository root)
 """
 
 import statistics
@@ -15,8 +15,9 @@ import statistics
 import torch
 
 import fp4ops
-from fp4ops.bench.harness import CEILING_BYTES, FLUSH_BYTES
 from fp4ops.timing import timed_calls
+
+from benchmarks.suite.harness import CEILING_BYTES, FLUSH_BYTES
 
 device = torch.device("cuda")
 dirty_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)

@@ -1,6 +1,5 @@
 """`python -m fp4ops`: the main job (see fp4ops.demo); `python -m fp4ops quantize ...`: the
-checkpoint quantizer (see fp4ops.checkpoint); `python -m fp4ops bench ...`: the benchmark suite
-(see fp4ops.bench)."""
+checkpoint quantizer (see fp4ops.checkpoint)."""
 
 import argparse
 import sys
@@ -9,16 +8,11 @@ if len(sys.argv) > 1 and sys.argv[1] == "quantize":
     from .checkpoint import main as quantize_main
 
     quantize_main(sys.argv[2:])
-elif len(sys.argv) > 1 and sys.argv[1] == "bench":
-    from .bench import main as bench_main
-
-    bench_main(sys.argv[2:])
 else:
     from .demo import main
 
     parser = argparse.ArgumentParser(prog="python -m fp4ops", description=__doc__,
-                                     epilog="python -m fp4ops quantize --help: the checkpoint quantizer; "
-                                            "python -m fp4ops bench --help: the benchmark suite")
+                                     epilog="python -m fp4ops quantize --help: the checkpoint quantizer")
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=4096, help="a multiple of 32")
     parser.add_argument("--seed", type=int, default=0)

@@ -1,5 +1,5 @@
 """Turns suite results (JSON) into the printed table, a Markdown report, one PNG plot per op
-family and the README's headline table. Needs no GPU: `python -m fp4ops bench --report FILE`."""
+family and the README's headline table. Needs no GPU: `python -m benchmarks.suite --report FILE`."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def heading(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    return (f"# Benchmark suite: {result['banner']['gpu']}\n\n{heading(result)}\n\n## Targets (PERF.md)\n\n"
+    return (f"# Benchmark suite: {result['banner']['gpu']}\n\n{heading(result)}\n\n## Targets\n\n"
             f"{targets.render(targets.evaluate(result))}\n\n## Every row\n\n{table(result)}\n")
 
 

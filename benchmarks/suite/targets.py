@@ -1,6 +1,6 @@
-"""PERF.md's targets, evaluated on a suite result: for each, the worst measured case, the goal and
-whether it is met. Targets on % of copy use sizes 2^26 and 2^28 (every dtype measured); a target
-with no measured row says so instead of passing."""
+"""The targets of docs/performance.md (Targets), evaluated on a suite result: for each, the worst
+measured case, the goal and whether it is met. Targets on % of copy use sizes 2^26 and 2^28
+(every dtype measured); a target with no measured row says so instead of passing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/ab_bench.py on the CPU: the base copy (this tree with another revision's csrc) and the
+"""benchmarks/ab_bench.py on the CPU: the base copy (this tree with another revision's csrc) and the
 summary table. Building and timing need nvcc and a GPU; the kernels' A/B figures come from
 device runs (docs/performance.md)."""
 
@@ -8,13 +8,12 @@ import json
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import ab_bench  # noqa: E402
+from benchmarks import ab_bench
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def git_available() -> bool:

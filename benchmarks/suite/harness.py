@@ -1,5 +1,6 @@
-"""The measuring half of the benchmark suite (PERF.md's method): same-run ceilings, cold-L2 CUDA-event
-timing, CUDA-graph replay for microsecond kernels, kernel-launch counts and the run's banner.
+"""The measuring half of the benchmark suite (the method of docs/performance.md (Targets)):
+same-run ceilings, cold-L2 CUDA-event timing, CUDA-graph replay for microsecond kernels,
+kernel-launch counts and the run's banner.
 
 Every figure the suite reports is a ratio to a ceiling measured in the same process, so nothing
 here is compared across machines. On a CPU-only machine the same functions fall back to a host
@@ -20,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from ..timing import timed_calls
+from fp4ops.timing import timed_calls
 
 FLUSH_BYTES = 256 << 20  # > 2x the L2 of every Hopper/Blackwell part (H100 50 MB, H200 60 MB, B200 126 MB)
 CEILING_BYTES = 512 << 20

@@ -1,5 +1,5 @@
-"""The suite's rows: for each input, fp4ops' call and the baselines' calls, with the bytes PERF.md
-counts for the op and a check of the timed call's output.
+"""The suite's rows: for each input, fp4ops' call and the baselines' calls, with the bytes
+docs/performance.md (Targets) counts for the op and a check of the timed call's output.
 
 fp4ops' outputs are checked bit for bit against `fp4ops.reference` on sampled rows (first, middle,
 last and random ones); a mismatch stops the run. A baseline that computes the same contract (the
@@ -16,8 +16,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from .. import ops, reference
-from ..gemv import gemv
+import fp4ops
+from fp4ops import reference
+
 from . import peers
 from .baselines import Baselines, dense_matmul, dequantize_then_matmul, fp8_cast, fp8_widen, scaled_mm_skip
 
@@ -35,7 +36,7 @@ class Case:
     dtype: str
     shape: tuple
     numel: int  # elements (weights for the GEMV)
-    bytes: float  # what this call must move (PERF.md), for GB/s and % of the ceiling
+    bytes: float  # what the call must move (docs/performance.md (Targets)): GB/s, % of the ceiling
     ceiling: str  # "copy" or "read"
     fn: Callable[[], object] | None = None
     check: Callable[[object], str] | None = None  # fp4ops: raises on a mismatch; baselines: a verdict
@@ -82,7 +83,7 @@ def elementwise_cases(shape: tuple, dtype: torch.dtype, device: torch.device, ba
     x2 = x.view(-1, k)
     rows = sample_rows(x2.shape[0], device)
     g = reference.nvfp4_global_scale(reference.amax(x))  # computed without fp4ops
-    nv, mx = ops.quantize_nvfp4(x, g), ops.quantize_mxfp4(x)
+    nv, mx = fp4ops.quantize_nvfp4(x, g), fp4ops.quantize_mxfp4(x)
     small = numel <= GRAPH_MAX_NUMEL
     name = str(dtype).removeprefix("torch.")
 
@@ -116,15 +117,15 @@ def elementwise_cases(shape: tuple, dtype: torch.dtype, device: torch.device, ba
     mx_rows = lambda _: (rows_of(mx.data), rows_of(mx.scales))  # noqa: E731
     dq_nv, dq_mx = nv.dequantize(dtype), mx.dequantize(dtype)
     cases = [
-        case("amax", "amax", "fp4ops", lambda: ops.amax(x), e,
+        case("amax", "amax", "fp4ops", lambda: fp4ops.amax(x), e,
              lambda out: _require(_same(out, reference.amax(x)), "amax"), ceiling="read"),
-        case("nvfp4 quantize", "nvfp4 quantize (scale given)", "fp4ops", lambda: ops.quantize_nvfp4(x, g),
+        case("nvfp4 quantize", "nvfp4 quantize (scale given)", "fp4ops", lambda: fp4ops.quantize_nvfp4(x, g),
              e + NVFP4_BYTES, lambda q: nvfp4_check(q, g)),
-        case("nvfp4 quantize", "nvfp4 quantize (own amax)", "fp4ops", lambda: ops.quantize_nvfp4(x),
+        case("nvfp4 quantize", "nvfp4 quantize (own amax)", "fp4ops", lambda: fp4ops.quantize_nvfp4(x),
              2 * e + NVFP4_BYTES, own_amax_check),
-        case("mxfp4 quantize", "mxfp4 quantize (floor)", "fp4ops", lambda: ops.quantize_mxfp4(x),
+        case("mxfp4 quantize", "mxfp4 quantize (floor)", "fp4ops", lambda: fp4ops.quantize_mxfp4(x),
              e + MXFP4_BYTES, lambda q: mxfp4_check(q, "floor")),
-        case("mxfp4 quantize", "mxfp4 quantize (rceil)", "fp4ops", lambda: ops.quantize_mxfp4(x, scale_rule="rceil"),
+        case("mxfp4 quantize", "mxfp4 quantize (rceil)", "fp4ops", lambda: fp4ops.quantize_mxfp4(x, scale_rule="rceil"),
              e + MXFP4_BYTES, lambda q: mxfp4_check(q, "rceil")),
         case("dequantize", "nvfp4 dequantize", "fp4ops", lambda: nv.dequantize(dtype), e + NVFP4_BYTES,
              lambda out: _require(_same(rows_of(out), reference.dequantize_nvfp4(
@@ -132,9 +133,9 @@ def elementwise_cases(shape: tuple, dtype: torch.dtype, device: torch.device, ba
         case("dequantize", "mxfp4 dequantize", "fp4ops", lambda: mx.dequantize(dtype), e + MXFP4_BYTES,
              lambda out: _require(_same(rows_of(out), reference.dequantize_mxfp4(
                  rows_of(mx.data), rows_of(mx.scales), dtype)), "MXFP4 dequantize")),
-        case("casts", "cast to e2m1", "fp4ops", lambda: ops.cast_to_e2m1(x), e + 0.5,
+        case("casts", "cast to e2m1", "fp4ops", lambda: fp4ops.cast_to_e2m1(x), e + 0.5,
              lambda out: _require(_same(rows_of(out), reference.cast_to_e2m1(x2[rows])), "cast to E2M1")),
-        case("casts", "cast from e2m1", "fp4ops", lambda: ops.cast_from_e2m1(nv.data, dtype), e + 0.5,
+        case("casts", "cast from e2m1", "fp4ops", lambda: fp4ops.cast_from_e2m1(nv.data, dtype), e + 0.5,
              lambda out: _require(_same(rows_of(out), reference.cast_from_e2m1(rows_of(nv.data), dtype)),
                                   "cast from E2M1")),
     ]
@@ -142,7 +143,7 @@ def elementwise_cases(shape: tuple, dtype: torch.dtype, device: torch.device, ba
         return cases
 
     # Baselines: the reference (eager and compiled) computes the same contract, so it is compared.
-    amax_ours = ops.amax(x)
+    amax_ours = fp4ops.amax(x)
     reference_calls = [
         ("amax", "amax", "amax", lambda f: (lambda: f(x)), e, lambda out: _verdict(_same(out, amax_ours)), "read"),
         ("nvfp4 quantize", "nvfp4 quantize (scale given)", "quantize_nvfp4", lambda f: (lambda: f(x, g)),
@@ -228,12 +229,12 @@ def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | N
     weights = m * k * l
     copies = weight_copies(weights * NVFP4_BYTES, device)
     cases = []
-    for fmt, quantize, elem_bytes in (("nvfp4", ops.quantize_nvfp4, NVFP4_BYTES),
-                                      ("mxfp4", ops.quantize_mxfp4, MXFP4_BYTES)):
+    for fmt, quantize, elem_bytes in (("nvfp4", fp4ops.quantize_nvfp4, NVFP4_BYTES),
+                                      ("mxfp4", fp4ops.quantize_mxfp4, MXFP4_BYTES)):
         a_copies = [quantize(torch.randn(l, m, k, device=device, dtype=torch.bfloat16)) for _ in range(copies)]
         b_fp4 = quantize(b_dense)
         for kind, b, b_bytes in ((f"{fmt} x {fmt}", b_fp4, k * elem_bytes), (f"{fmt} x bf16", b_dense, 2 * k)):
-            calls = Rotation(a_copies, lambda a, b=b: gemv(a, b))
+            calls = Rotation(a_copies, lambda a, b=b: fp4ops.gemv(a, b))
             cases.append(Case("gemv", f"gemv {kind}", "fp4ops", kind, (m, k, l), weights,
                               l * (m * k * elem_bytes + b_bytes + 2 * m), "copy",
                               fn=calls, check=lambda y, calls=calls, b=b: _gemv_check(y, calls.last, b),
@@ -246,7 +247,7 @@ def gemv_cases(m: int, k: int, l: int, device: torch.device, base: Baselines | N
     read_bytes = l * (m * k * NVFP4_BYTES + 2 * k + 2 * m)
     same_bytes = torch.zeros(int(read_bytes) // 2, device=device, dtype=torch.bfloat16)
     for impl, fn in (("read of the same bytes (torch.amax)", lambda: torch.amax(same_bytes)),
-                     ("read of the same bytes (fp4ops amax)", lambda: ops.amax(same_bytes))):
+                     ("read of the same bytes (fp4ops amax)", lambda: fp4ops.amax(same_bytes))):
         cases.append(Case("gemv", "gemv nvfp4 x bf16", impl, "nvfp4 x bf16", (m, k, l), weights, same_bytes.nbytes,
                           "copy", fn=fn, check=lambda _: "timed only (a read of this size)"))
     if base is None:
@@ -299,7 +300,7 @@ def recipe_cases(numel: int, device: torch.device, k: int = 8192) -> list[Case]:
     head = x[:256].cpu()
     cases = []
     for name, options, both in RECIPE_VARIANTS:
-        quantize = ops.quantize_nvfp4_rowwise_columnwise if both else ops.quantize_nvfp4
+        quantize = fp4ops.quantize_nvfp4_rowwise_columnwise if both else fp4ops.quantize_nvfp4
         nbytes = numel * (2 + (2 if both else 1) * NVFP4_BYTES)
         cases.append(Case("nvfp4 recipe", f"recipe: {name}", "fp4ops", "bfloat16", tuple(x.shape), numel, nbytes,
                           "copy", fn=lambda q=quantize, o=options: q(x, g, **o),

@@ -1,9 +1,10 @@
 """A/B of the CUDA kernels: this tree's csrc against another revision's, built side by side and
-benchmarked in turns by the same harness (this tree's Python package), so only the kernels differ.
+benchmarked in turns by the same harness (this tree's benchmarks.suite and Python package), so only
+the kernels differ. From the repository root:
 
-    python tools/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
+    python benchmarks/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
         --no-eager --no-compile --no-torchao
-    python tools/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
+    python benchmarks/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
 
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
@@ -12,8 +13,9 @@ What it does:
 2. builds both (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
    environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the two builds run at once, each with
    MAX_JOBS compilers);
-3. runs `python -m fp4ops bench <args>` for new, then base, `--rounds` times, each run's JSON under
-   <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH picks the side);
+3. runs `python -m benchmarks.suite <args>` (this tree's suite) for new, then base, `--rounds`
+   times, each run's JSON under <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH
+   picks the side's fp4ops);
 4. prints and writes <out>/ab_summary.md: every fp4ops row at 2^26 elements or more (every GEMV
    shape), % of its run's ceiling and the median / fastest call in us, one column per run.
 
@@ -79,7 +81,7 @@ def build_both(trees: dict[str, pathlib.Path], out: pathlib.Path) -> None:
 def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(tree / "python"))
     with open(run_dir.with_suffix(".log"), "w") as log:
-        subprocess.run([sys.executable, "-m", "fp4ops", "bench", *bench_args, "--out", str(run_dir), "--tag", "ab"],
+        subprocess.run([sys.executable, "-m", "benchmarks.suite", *bench_args, "--out", str(run_dir), "--tag", "ab"],
                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternating (default 2)")
     parser.add_argument("--out", default=None, help="folder for the logs, JSONs and ab_summary.md (default: <work>/results)")
     parser.add_argument("--work", default=None, help="folder for the base copy (default: a temporary one)")
-    parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="after '--': arguments for `fp4ops bench`")
+    parser.add_argument("bench_args", nargs=argparse.REMAINDER,
+                        help="after '--': arguments for `python -m benchmarks.suite`")
     args = parser.parse_args(argv)
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     if args.rounds < 1:

@@ -1,4 +1,4 @@
-"""The benchmark suite's code (fp4ops.bench) on the CPU: a tiny run end to end (every output check,
+"""The benchmark suite's code (benchmarks.suite) on the CPU: a tiny run end to end (every output check,
 the JSON, the Markdown, the plots), the check that stops a run on a wrong fp4ops output, the
 targets' arithmetic and the README update. The suite's numbers come from GPU runs; none of these
 tests time anything."""
@@ -6,6 +6,9 @@ tests time anything."""
 from __future__ import annotations
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,10 +16,10 @@ import torch
 pytest.importorskip("matplotlib")
 pytest.importorskip("tqdm")
 
-from fp4ops.bench import main, report, targets  # noqa: E402
-from fp4ops.bench.cases import Case, Rotation, weight_copies  # noqa: E402
-from fp4ops.bench.harness import MEDIAN_LIMIT, MEDIAN_RULE_MIN_US, SPREAD_LIMIT, SPREAD_RETRIES, Timer, Timing, disturbed  # noqa: E402
-from fp4ops.bench.suite import CheckFailed, measure  # noqa: E402
+from benchmarks.suite import main, report, targets  # noqa: E402
+from benchmarks.suite.cases import Case, Rotation, weight_copies  # noqa: E402
+from benchmarks.suite.harness import MEDIAN_LIMIT, MEDIAN_RULE_MIN_US, SPREAD_LIMIT, SPREAD_RETRIES, Timer, Timing, disturbed  # noqa: E402
+from benchmarks.suite.runner import CheckFailed, measure  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def test_cpu_run_compares_the_eager_reference(cpu_run):
 def test_cpu_run_writes_report_and_plots(cpu_run):
     out, result = cpu_run
     text = (out / "suite_test.md").read_text()
-    assert "## Targets (PERF.md)" in text and "nvfp4 quantize (own amax)" in text
+    assert "## Targets\n" in text and "nvfp4 quantize (own amax)" in text
     for family in ("amax", "nvfp4_quantize", "mxfp4_quantize", "dequantize", "casts", "gemv"):
         assert (out / f"suite_test_{family}.png").stat().st_size > 1000
 
@@ -198,3 +201,12 @@ def test_a_saved_merge_keeps_its_parts():
     again = report.merge_by_gpu([saved, res([3], "c")])[0]
     assert again["rows"] == [1, 2, 3] and [p["commit"] for p in again["parts"]] == ["a", "b", "c"]
     assert "3 run(s)" in report.heading(again)
+
+
+def test_the_documented_command_runs_from_the_repository_root():
+    """`python -m benchmarks.suite` is the suite's one command (benchmarks/README.md)."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--help"], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m benchmarks.suite") and "--families" in done.stdout

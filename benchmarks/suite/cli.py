@@ -1,8 +1,9 @@
-"""The benchmark suite (PERF.md): `python -m fp4ops bench --help`.
+"""The benchmark suite's command line (targets: docs/performance.md, Targets), run from the
+repository root: `python -m benchmarks.suite --help`.
 
-    python -m fp4ops bench                          # every family, 2^20..2^28, three dtypes, baselines
-    python -m fp4ops bench --families gemv --sizes 26 28
-    python -m fp4ops bench --report benchmarks/results/suite_h100.json [--readme README.md]
+    python -m benchmarks.suite                      # every family, 2^20..2^28, three dtypes, baselines
+    python -m benchmarks.suite --families gemv --sizes 26 28
+    python -m benchmarks.suite --report benchmarks/results/suite_h100.json [--readme README.md]
 
 A run prints the banner, the table and the targets, and writes under --out: suite_<gpu>.json
 (after every input), suite_<gpu>.md (targets and every row) and suite_<gpu>_<family>.png.
@@ -19,11 +20,11 @@ import torch
 from . import report, targets
 from .baselines import Baselines
 from .cases import GEMV_SHAPES
-from .suite import FAMILIES, SuiteConfig, run_suite
+from .runner import FAMILIES, SuiteConfig, run_suite
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fp4ops bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     p.add_argument("--sizes", type=int, nargs="+", default=[20, 22, 24, 26, 28], help="log2 of the element counts")

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from .. import reference
+from fp4ops import reference
 
 # The reference is written for clarity: its E2M1 rounding holds float64 distances to all eight
 # grid points, about 150 bytes per element at once, so eager runs stop here (2^26 elements ~ 10 GB).
