@@ -7,14 +7,14 @@
 //                g + 8 per lane (csrc/cuda/gemv_mma.cuh), scales left out;
 //   rows         the same group turns, but each warp copies its kilobyte as two contiguous
 //                512-byte runs of one or two rows.
-// Build and run on the GPU, from benchmarks/:
+// Build and run on the GPU, from benchmarks/probes/:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -O3 -arch=sm_90 gemv_read_probe.cu -o probe && ./probe
 // Results and what they bound: docs/performance.md ("The read floor at the GEMV's sizes").
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>
 
-#include "../csrc/cuda/gemv_mma.cuh"  // the GEMV's own cp.async helpers and tile schedule
+#include "../../csrc/cuda/gemv_mma.cuh"  // the GEMV's own cp.async helpers and tile schedule
 #include "read_probe_common.cuh"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)

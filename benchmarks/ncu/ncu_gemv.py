@@ -1,7 +1,7 @@
 """One GEMV call per (B kind, seed shape) for Nsight Compute, e.g.
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
---section MemoryWorkloadAnalysis -k regex:gemv python benchmarks/ncu_gemv.py [M K L]
+--section MemoryWorkloadAnalysis -k regex:gemv python benchmarks/ncu/ncu_gemv.py [M K L]
 """
 
 import sys

@@ -3,7 +3,7 @@
     ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,\
 smsp__inst_executed.sum,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,\
 dram__throughput.avg.pct_of_peak_sustained_elapsed -k regex:"quantize|amax|gemv|recipe" \
-python benchmarks/ncu_ops.py
+python benchmarks/ncu/ncu_ops.py
 """
 
 import torch

@@ -6,7 +6,7 @@
 //          producer lane per row issues a `cp.async.bulk` of `chunk` bytes into a stage, the stage's
 //          mbarrier counts the bytes in, the consumer warps each read their share of the stage and
 //          release it through a second mbarrier. Stages x chunk sizes x CTAs per SM are swept.
-// Build and run on the GPU, from benchmarks/:
+// Build and run on the GPU, from benchmarks/probes/:
 //   nvcc -std=c++20 -O3 -arch=sm_90 gemv_bulk_probe.cu -o bulk_probe && ./bulk_probe
 #include <cuda_runtime.h>
 

@@ -10,7 +10,7 @@
 //   1 wave      amax_kernel alone with one resident wave (8 blocks of 256 per SM);
 //   2 loads     amax_kernel's loop with two independent 16-byte loads per thread and step;
 //   L2::256B    amax_kernel's loop with ld.global.nc.L1::no_allocate.L2::256B loads.
-// Build and run on the GPU, from benchmarks/:
+// Build and run on the GPU, from benchmarks/probes/:
 //   nvcc -std=c++20 --expt-relaxed-constexpr -O3 -arch=sm_90 amax_probe.cu -o amax_probe && ./amax_probe
 // Results: docs/performance.md ("What bounds the unmet targets", the "2^26 rows" bullet).
 #include <cuda_fp16.h>
@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../csrc/cuda/amax_kernels.cuh"
+#include "../../csrc/cuda/amax_kernels.cuh"
 #include "read_probe_common.cuh"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)
