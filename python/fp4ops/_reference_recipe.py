@@ -1,11 +1,12 @@
 """The NVFP4 training-recipe options (docs/recipe.md) in plain PyTorch: the reference the recipe
-kernels are tested against bit for bit. Public through `fp4ops.reference`."""
+kernels are tested against bit for bit. Public through `fp4ops.reference`; builds on SPEC 1-2 of
+the oracle (_reference_core) and imports nothing else from fp4ops."""
 
 from __future__ import annotations
 
 import torch
 
-from . import reference as _ref
+from ._reference_core import E2M1_MAGNITUDES, amax, encode_nvfp4_blocks, nvfp4_global_scale
 
 _MASK32 = 0xFFFFFFFF
 
@@ -58,7 +59,7 @@ def philox4x32_10(block: torch.Tensor, columnwise: bool, offset: int, seed: int)
     return torch.stack(c, dim=-1)
 
 
-_GRID = torch.tensor(_ref.E2M1_MAGNITUDES)
+_GRID = torch.tensor(E2M1_MAGNITUDES)
 
 
 def e2m1_encode_stochastic(y: torch.Tensor, random_bytes: torch.Tensor) -> torch.Tensor:
@@ -103,12 +104,12 @@ def _direction(x3: torch.Tensor, g, *, block_2d: bool, signs_mask: int, seed, of
         block_max = tile_max.amax(dim=2, keepdim=True).expand_as(tile_max).reshape(count, strips * 16, k // 16, 1)[:, :rows]
         finite = tile_finite.all(dim=2, keepdim=True).expand_as(tile_finite).reshape(count, strips * 16, k // 16, 1)[:, :rows]
     if g is None:
-        g = _ref.nvfp4_global_scale(_ref.amax(blocks))
+        g = nvfp4_global_scale(amax(blocks))
     encoder = None
     if seed is not None:
         random_bytes = _random_bytes(blocks.shape[:-1], columnwise, offset, seed, x3.device)
         encoder = lambda y: e2m1_encode_stochastic(y, random_bytes)  # noqa: E731
-    data, scales = _ref.encode_nvfp4_blocks(blocks, block_max, finite, g, encoder)
+    data, scales = encode_nvfp4_blocks(blocks, block_max, finite, g, encoder)
     return data, scales, g.clone()
 
 
@@ -122,7 +123,7 @@ def quantize_nvfp4_recipe(x: torch.Tensor, global_scale=None, *, rowwise: bool =
     x3 = x.reshape(-1, shape[-2] if x.dim() >= 2 else 1, shape[-1])
     g = None if global_scale is None else torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
     if g is None and signs_mask_is_off(hadamard_signs):
-        g = _ref.nvfp4_global_scale(_ref.amax(x))
+        g = nvfp4_global_scale(amax(x))
     options = dict(block_2d=block_2d, signs_mask=hadamard_signs, seed=seed, offset=offset)
     empty = (torch.empty(0, dtype=torch.uint8, device=x.device), torch.empty(0, dtype=torch.float8_e4m3fn, device=x.device))
     row = col = None
