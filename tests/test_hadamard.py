@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fp4ops
-from fp4ops import reference
+from fp4ops import _formats, reference
 from fp4ops.demo import sqnr_db
 
 
@@ -57,20 +57,41 @@ def test_rht_rejects_a_last_dimension_not_a_multiple_of_16():
 
 
 def test_seeded_signs_are_drawn_once_per_seed(monkeypatch):
-    # Drawing the signs builds a torch.Generator (~30 us of host time): a loop quantizing with the
-    # same seed every step draws them once; the codes are those of freshly drawn signs.
-    from fp4ops import ops
-
+    # Drawing the signs builds a torch.Generator, more host time than the rest of the call: a loop
+    # quantizing with the same seed every step draws them once; the codes are those of the
+    # reference's signs for that seed, passed explicitly.
     draws = []
-    real = reference.rht_signs
-    monkeypatch.setattr(reference, "rht_signs", lambda seed=None, device=None: draws.append(seed) or real(seed, device))
-    ops._sign_mask_of_seed.cache_clear()
+    real = _formats.hadamard_signs
+    monkeypatch.setattr(_formats, "hadamard_signs", lambda seed: draws.append(seed) or real(seed))
+    _formats.sign_mask_of_seed.cache_clear()
     x = torch.randn(4, 64)
     first = fp4ops.quantize_nvfp4(x, hadamard=12345)
     second = fp4ops.quantize_nvfp4(x, hadamard=12345)
     fp4ops.quantize_nvfp4(x, hadamard=54321)
     assert draws == [12345, 54321]
     assert torch.equal(first.data, second.data) and torch.equal(first.scales, second.scales)
-    ops._sign_mask_of_seed.cache_clear()
-    fresh = fp4ops.quantize_nvfp4(x, hadamard=real(12345).tolist())
+    _formats.sign_mask_of_seed.cache_clear()
+    fresh = fp4ops.quantize_nvfp4(x, hadamard=reference.rht_signs(12345).tolist())
     assert torch.equal(first.data, fresh.data) and torch.equal(first.scales, fresh.scales)
+
+
+def test_product_signs_and_masks_equal_the_references():
+    """The kernels' sign masks come from fp4ops._formats, which draws a seed's signs itself; the
+    reference draws them on its own. Both must give the same signs for every seed, or the
+    recipe's exact tests would compare two different rotations."""
+    assert _formats.TE_HADAMARD_SIGNS == reference.TE_RHT_SIGNS
+    assert _formats.HADAMARD_DIM == reference.RHT_DIM
+    seeds = [None, 0, 1, 7, 12345, -1, -(2**63), 2**31 - 1, 2**32, 2**63 - 1, 2**64 - 1]
+    seeds += torch.randint(-(2**62), 2**62, (300,)).tolist()
+    for seed in seeds:
+        signs = reference.rht_signs(seed)
+        assert list(_formats.hadamard_signs(seed)) == signs.tolist(), f"seed {seed}"
+        assert _formats.sign_mask_of_seed(seed) == reference.hadamard_sign_mask(signs.tolist()), f"seed {seed}"
+        assert _formats.hadamard_sign_mask(signs.tolist()) == reference.hadamard_sign_mask(signs), f"seed {seed}"
+
+
+@pytest.mark.parametrize("signs", [[1.0] * 15, [1.0] * 15 + [0.5], [1, -1] * 9])
+def test_product_and_reference_refuse_the_same_sign_vectors(signs):
+    for mask in (_formats.hadamard_sign_mask, reference.hadamard_sign_mask):
+        with pytest.raises(ValueError, match=r"hadamard: expected 16 signs of \+1 or -1, got "):
+            mask(signs)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, packed_shape, scale_shape, swizzled_shape, unpacked_shape
+from ._formats import MXFP4_BLOCK, MXFP4_SCALE_DTYPE, NVFP4_BLOCK, NVFP4_SCALE_DTYPE
+from ._shapes import packed_shape, scale_shape, swizzled_shape, unpacked_shape
 
 
 @torch.library.register_fake("fp4ops::amax")
@@ -16,7 +17,7 @@ def _amax_fake(x):
 def _quantize_nvfp4_fake(x, global_scale, scale_layout="linear"):
     return (
         x.new_empty(packed_shape(x.shape), dtype=torch.uint8),
-        x.new_empty(scale_shape(x.shape, NVFP4_BLOCK, scale_layout), dtype=torch.float8_e4m3fn),
+        x.new_empty(scale_shape(x.shape, NVFP4_BLOCK, scale_layout), dtype=NVFP4_SCALE_DTYPE),
         x.new_empty((), dtype=torch.float32),
     )
 
@@ -25,7 +26,7 @@ def _quantize_nvfp4_fake(x, global_scale, scale_layout="linear"):
 def _quantize_mxfp4_fake(x, scale_rule, scale_layout="linear"):
     return (
         x.new_empty(packed_shape(x.shape), dtype=torch.uint8),
-        x.new_empty(scale_shape(x.shape, MXFP4_BLOCK, scale_layout), dtype=torch.float8_e8m0fnu),
+        x.new_empty(scale_shape(x.shape, MXFP4_BLOCK, scale_layout), dtype=MXFP4_SCALE_DTYPE),
     )
 
 
@@ -43,9 +44,9 @@ def _dequantize_mxfp4_fake(data, scales, dtype, scale_layout="linear"):
 def _quantize_nvfp4_recipe_fake(x, global_scale, scale_layout, rowwise, columnwise, block_2d, hadamard_signs, seed, offset):
     def direction(shape, enabled):
         if not enabled:
-            return x.new_empty((0,), dtype=torch.uint8), x.new_empty((0,), dtype=torch.float8_e4m3fn)
+            return x.new_empty((0,), dtype=torch.uint8), x.new_empty((0,), dtype=NVFP4_SCALE_DTYPE)
         return (x.new_empty(packed_shape(shape), dtype=torch.uint8),
-                x.new_empty(scale_shape(shape, NVFP4_BLOCK, scale_layout), dtype=torch.float8_e4m3fn))
+                x.new_empty(scale_shape(shape, NVFP4_BLOCK, scale_layout), dtype=NVFP4_SCALE_DTYPE))
 
     transposed = (*x.shape[:-2], x.shape[-1], x.shape[-2]) if x.dim() >= 2 else x.shape
     g = x.new_empty((), dtype=torch.float32)

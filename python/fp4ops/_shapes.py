@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import torch
 
-NVFP4_BLOCK = 16
-MXFP4_BLOCK = 32
-
 
 def packed_shape(shape: torch.Size | tuple) -> tuple:
     """[..., K] -> [..., K/2]: two E2M1 codes per byte."""

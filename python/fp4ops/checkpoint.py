@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ._formats import FLOAT_DTYPES, FORMATS, NVFP4_SCALE_DTYPE, SCALE_RULES
 from .demo import best_device, sqnr_db
-from .ops import FLOAT_DTYPES, quantize_mxfp4, quantize_nvfp4
+from .ops import quantize_mxfp4, quantize_nvfp4
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
 DEFAULT_SKIP = ("embed", "norm", "lm_head")
-BLOCKS = {"nvfp4": 16, "mxfp4": 32}
+BLOCKS = {name: block for name, (block, _) in FORMATS.items()}
 SCALE_SUFFIXES = ("weight_scale", "weight_scale_2")
 
 
@@ -96,7 +97,7 @@ def load_quantized(path: str, device="cpu") -> dict:
         if scales is None:
             if not any(name.endswith(suffix) and name[: -len(suffix)] + "weight" in raw for suffix in SCALE_SUFFIXES):
                 out[name] = tensor
-        elif scales.dtype == torch.float8_e4m3fn:
+        elif scales.dtype == NVFP4_SCALE_DTYPE:
             out[name] = NVFP4Tensor(tensor, scales, raw[prefix + "weight_scale_2"])
         else:
             out[name] = MXFP4Tensor(tensor, scales)
@@ -136,7 +137,7 @@ def main(argv=None) -> None:
     parser.add_argument("src", help="input .safetensors")
     parser.add_argument("dst", help="output .safetensors (never the input)")
     parser.add_argument("--format", choices=sorted(BLOCKS), default="nvfp4")
-    parser.add_argument("--scale-rule", choices=["floor", "rceil"], default="floor", help="MXFP4 only")
+    parser.add_argument("--scale-rule", choices=list(SCALE_RULES), default="floor", help="MXFP4 only")
     parser.add_argument("--skip", nargs="*", default=list(DEFAULT_SKIP),
                         help="name substrings to leave unquantized (default: %(default)s)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the best one present)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .ops import _check_no_grad, _check_quantized, _check_tensor, _decode_global_scale
+from ._checks import check_no_grad, check_quantized, check_same_device, check_tensor, decode_global_scale
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
 GEMV_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -24,7 +24,7 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
         raise TypeError(f"a: expected an NVFP4Tensor or MXFP4Tensor, got {type(a).__name__}")
     if out_dtype not in GEMV_OUT_DTYPES:
         raise TypeError(f"out_dtype: expected torch.float16, torch.bfloat16 or torch.float32, got {out_dtype}")
-    _check_quantized(a)
+    check_quantized(a)
     a = a.with_scale_layout("linear")
     if a.data.dim() not in (2, 3):
         raise ValueError(f"a: expected shape [M, K] or [L, M, K], got {tuple(a.shape)}")
@@ -32,34 +32,29 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
     k = a.shape[-1]
     a_data = a.data if batched else a.data.unsqueeze(0)
     a_scales = a.scales if batched else a.scales.unsqueeze(0)
-    a_global = _decode_global_scale(a, "a.global_scale") if isinstance(a, NVFP4Tensor) else None
-    _check_no_grad(a_global, "a.global_scale", "gemv")
+    a_global = decode_global_scale(a, "a.global_scale") if isinstance(a, NVFP4Tensor) else None
+    check_no_grad(a_global, "a.global_scale", "gemv")
     expected_b = (a_data.shape[0], k) if batched else (k,)
     if isinstance(b, (NVFP4Tensor, MXFP4Tensor)):
         if type(b) is not type(a):
             raise TypeError(f"b: expected {type(a).__name__} (the format of a) or a dense tensor, got {type(b).__name__}")
-        _check_quantized(b)
+        check_quantized(b)
         b = b.with_scale_layout("linear")
         if tuple(b.shape) != expected_b:
             raise ValueError(f"b: expected shape {expected_b} for a of shape {tuple(a.shape)}, got {tuple(b.shape)}")
-        _check_same_device(b, a)
+        check_same_device(b, a)
         b_data = b.data if batched else b.data.unsqueeze(0)
         b_scales = b.scales if batched else b.scales.unsqueeze(0)
-        b_global = _decode_global_scale(b, "b.global_scale") if isinstance(b, NVFP4Tensor) else None
-        _check_no_grad(b_global, "b.global_scale", "gemv")
+        b_global = decode_global_scale(b, "b.global_scale") if isinstance(b, NVFP4Tensor) else None
+        check_no_grad(b_global, "b.global_scale", "gemv")
         y = torch.ops.fp4ops.gemv_fp4_fp4(a_data, a_scales, a_global, b_data, b_scales, b_global, out_dtype)
     else:
-        _check_tensor(b, "b")
+        check_tensor(b, "b")
         if b.dtype not in (torch.float16, torch.bfloat16):
             raise TypeError(f"b: expected float16 or bfloat16 (or an FP4 tensor), got {b.dtype}")
         if tuple(b.shape) != expected_b:
             raise ValueError(f"b: expected shape {expected_b} for a of shape {tuple(a.shape)}, got {tuple(b.shape)}")
-        _check_same_device(b, a)
-        _check_no_grad(b, "b", "gemv")
+        check_same_device(b, a)
+        check_no_grad(b, "b", "gemv")
         y = torch.ops.fp4ops.gemv_fp4_dense(a_data, a_scales, a_global, b if batched else b.unsqueeze(0), out_dtype)
     return y if batched else y.squeeze(0)
-
-
-def _check_same_device(b, a) -> None:
-    if b.device != a.device:
-        raise ValueError(f"b: expected a tensor on {a.device} (the device of a), got {b.device}")

@@ -10,11 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._formats import FORMATS
 from .gemv import gemv
 from .ops import quantize_mxfp4, quantize_nvfp4
 from .tensor import MXFP4Tensor, NVFP4Tensor
-
-FORMATS = {"nvfp4": (16, torch.float8_e4m3fn), "mxfp4": (32, torch.float8_e8m0fnu)}
 
 
 class FP4Linear(nn.Module):

@@ -1,4 +1,7 @@
-"""Quantized tensor containers: packed E2M1 data plus scales, with the logical shape."""
+"""Quantized tensor containers: packed E2M1 data plus scales, with the logical shape.
+
+The methods call the torch.ops.fp4ops operators themselves (checked as the public functions check
+them), so this module sits below ops.py, which builds these tensors."""
 
 from __future__ import annotations
 
@@ -8,7 +11,16 @@ from typing import ClassVar
 
 import torch
 
-from ._shapes import MXFP4_BLOCK, NVFP4_BLOCK, matrix_rows, scale_shape, unpacked_shape
+from ._checks import (
+    check_out_dtype,
+    check_quantized,
+    check_scale_codes,
+    check_scale_layout,
+    check_unswizzle_args,
+    decode_global_scale,
+)
+from ._formats import MXFP4_BLOCK, MXFP4_SCALE_DTYPE, NVFP4_BLOCK, NVFP4_SCALE_DTYPE
+from ._shapes import matrix_rows, scale_shape, unpacked_shape
 
 
 class _PackedE2M1:
@@ -33,24 +45,20 @@ class _PackedE2M1:
         """`data` viewed as torch.float4_e2m1fn_x2 (same memory, same packing)."""
         return self.data.view(torch.float4_e2m1fn_x2)
 
-    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-        from .ops import dequantize
-
-        return dequantize(self, dtype)
-
     def with_scale_layout(self, scale_layout: str):
         """The same tensor with its scales in `scale_layout` ("linear" or "swizzled", SPEC 4);
         self when they already are. Data (and the global scale) are shared, not copied."""
-        from .ops import _check_scale_layout, swizzle_scales, unswizzle_scales
-
-        _check_scale_layout(scale_layout)
+        check_scale_layout(scale_layout)
         if scale_layout == self.scale_layout:
             return self
         if scale_layout == "swizzled":
-            scales = swizzle_scales(self.scales)
+            check_scale_codes(self.scales, 1)
+            scales = torch.ops.fp4ops.swizzle_scales(self.scales)
         else:
             shape = self.shape
-            linear = unswizzle_scales(self.scales, matrix_rows(shape), shape[-1] // self.block)
+            rows, cols = matrix_rows(shape), shape[-1] // self.block
+            check_unswizzle_args(self.scales, rows, cols)
+            linear = torch.ops.fp4ops.unswizzle_scales(self.scales, rows, cols)
             scales = linear.reshape(scale_shape(shape, self.block))  # a 1-D tensor's [1, cols] -> [cols]
         return dataclasses.replace(self, scales=scales, scale_layout=scale_layout)
 
@@ -72,7 +80,14 @@ class NVFP4Tensor(_PackedE2M1):
     global_scale: torch.Tensor  # float32, 0-dim, on data's device
     scale_layout: str = "linear"
     block: ClassVar[int] = NVFP4_BLOCK
-    scale_dtype: ClassVar[torch.dtype] = torch.float8_e4m3fn
+    scale_dtype: ClassVar[torch.dtype] = NVFP4_SCALE_DTYPE
+
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """The dense [..., K] tensor of dtype (float32, float16 or bfloat16): SPEC 2.6."""
+        check_out_dtype(dtype)
+        check_quantized(self)
+        g = decode_global_scale(self)
+        return torch.ops.fp4ops.dequantize_nvfp4(self.data, self.scales, g, dtype, self.scale_layout)
 
 
 @dataclass(frozen=True, repr=False)
@@ -83,4 +98,10 @@ class MXFP4Tensor(_PackedE2M1):
     scales: torch.Tensor  # float8_e8m0fnu [..., K/32], or swizzled (SPEC 4)
     scale_layout: str = "linear"
     block: ClassVar[int] = MXFP4_BLOCK
-    scale_dtype: ClassVar[torch.dtype] = torch.float8_e8m0fnu
+    scale_dtype: ClassVar[torch.dtype] = MXFP4_SCALE_DTYPE
+
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """The dense [..., K] tensor of dtype (float32, float16 or bfloat16): SPEC 3."""
+        check_out_dtype(dtype)
+        check_quantized(self)
+        return torch.ops.fp4ops.dequantize_mxfp4(self.data, self.scales, dtype, self.scale_layout)

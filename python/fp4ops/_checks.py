@@ -1,0 +1,131 @@
+"""Argument checks of the public functions and tensor methods, in one place.
+
+Errors use the same words as the C++ checks: the argument, what was expected, what was given.
+Wrong types and dtypes raise TypeError; wrong values, shapes and devices raise ValueError.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._formats import FLOAT_DTYPES, SCALE_DTYPES, SCALE_LAYOUTS, SCALE_RULES
+from ._shapes import scale_shape, swizzled_shape, unpacked_shape
+
+_FLT_MAX = torch.finfo(torch.float32).max
+_FLT_HALF_MIN_SUBNORMAL = 2.0**-150  # anything above rounds to a non-zero fp32
+
+
+def check_tensor(x, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+
+
+def check_float_input(x, name: str = "x") -> None:
+    check_tensor(x, name)
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected float32, float16 or bfloat16, got {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError(f"{name}: expected at least 1 dimension, got a 0-dim tensor")
+
+
+def check_no_grad(x, name: str, function: str) -> None:
+    """The float-output ops have no backward: refuse an input that would need one, rather than
+    hand back an output whose backward fails later, away from the call that caused it."""
+    if isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{name}: requires grad, but fp4ops.{function} has no backward; "
+                           f"call it under torch.no_grad() or pass {name}.detach()")
+
+
+def check_last_dim_multiple(x: torch.Tensor, multiple: int, what: str, name: str = "x") -> None:
+    if x.shape[-1] % multiple != 0:
+        raise ValueError(f"{name}: expected the last dimension to be a multiple of {multiple} ({what}), got {x.shape[-1]}")
+
+
+def check_out_dtype(dtype) -> None:
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: expected torch.float32, torch.float16 or torch.bfloat16, got {dtype}")
+
+
+def check_scale_layout(scale_layout) -> None:
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout: expected 'linear' or 'swizzled', got {scale_layout!r}")
+
+
+def check_scale_rule(scale_rule) -> None:
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
+
+
+def check_same_device(b, a) -> None:
+    if b.device != a.device:
+        raise ValueError(f"b: expected a tensor on {a.device} (the device of a), got {b.device}")
+
+
+def global_scale_tensor(global_scale, x: torch.Tensor, name: str = "global_scale", x_name: str = "x"):
+    """None (computed from amax), a finite Python number > 0, or a trusted fp32 one-element tensor."""
+    if global_scale is None:
+        return None
+    if isinstance(global_scale, torch.Tensor):
+        if global_scale.dtype != torch.float32:
+            raise TypeError(f"{name}: expected a float32 tensor, got {global_scale.dtype}")
+        if global_scale.numel() != 1:
+            raise ValueError(f"{name}: expected one element, got shape {tuple(global_scale.shape)}")
+        if global_scale.device != x.device:
+            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of {x_name}), got {global_scale.device}")
+        return global_scale
+    if isinstance(global_scale, bool) or not isinstance(global_scale, (int, float)):
+        raise TypeError(f"{name}: expected None, a float or a float32 tensor, got {type(global_scale).__name__}")
+    # Written as one comparison chain so NaN fails it too; the bounds are fp32's.
+    if not (_FLT_HALF_MIN_SUBNORMAL < global_scale <= _FLT_MAX):
+        raise ValueError(f"{name}: expected a finite value > 0 (as float32), got {global_scale}")
+    return torch.full((), global_scale, dtype=torch.float32, device=x.device)
+
+
+def decode_global_scale(q, name: str = "global_scale") -> torch.Tensor:
+    """An NVFP4Tensor's global scale as the ops take it: a float32 one-element tensor on data's
+    device (a finite Python number > 0 is converted)."""
+    g = global_scale_tensor(q.global_scale, q.data, name, "data")
+    if g is None:
+        raise TypeError(f"{name}: expected a float32 tensor, got None")
+    return g
+
+
+def check_quantized(q) -> None:
+    """data, scales (dtype, shape for the layout, device) of an NVFP4Tensor / MXFP4Tensor."""
+    block, scale_dtype = q.block, q.scale_dtype
+    check_tensor(q.data, "data")
+    if q.data.dtype != torch.uint8:
+        raise TypeError(f"data: expected uint8 (packed E2M1), got {q.data.dtype}")
+    if q.data.dim() < 1:
+        raise ValueError("data: expected at least 1 dimension, got a 0-dim tensor")
+    if q.scales.dtype != scale_dtype:
+        raise TypeError(f"scales: expected {scale_dtype}, got {q.scales.dtype}")
+    logical = unpacked_shape(q.data.shape)
+    check_last_dim_multiple(q.data, block // 2, f"K a multiple of {block}", name="data")
+    check_scale_layout(q.scale_layout)
+    expected = scale_shape(logical, block, q.scale_layout)
+    if tuple(q.scales.shape) != expected:
+        raise ValueError(f"scales: expected shape {expected} ({q.scale_layout} layout) for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
+    if q.scales.device != q.data.device:
+        raise ValueError(f"scales: expected a tensor on {q.data.device} (the device of data), got {q.scales.device}")
+
+
+def check_scale_codes(scales, min_dim: int) -> None:
+    check_tensor(scales, "scales")
+    if scales.dtype not in SCALE_DTYPES:
+        raise TypeError(f"scales: expected float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4) scales, got {scales.dtype}")
+    if scales.dim() < min_dim:
+        raise ValueError(f"scales: expected at least {min_dim} dimension(s), got {scales.dim()}")
+
+
+def check_unswizzle_args(scales, rows, cols) -> None:
+    """Swizzled scale codes and the linear shape [rows, cols] they are unswizzled to."""
+    check_scale_codes(scales, 2)
+    for name, value in (("rows", rows), ("cols", cols)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name}: expected a value >= 0, got {value}")
+    expected = swizzled_shape((*scales.shape[:-2], rows, cols), cols)
+    if tuple(scales.shape) != expected:
+        raise ValueError(f"scales: expected the swizzled shape {expected} for rows = {rows}, cols = {cols}, got {tuple(scales.shape)}")
