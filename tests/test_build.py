@@ -23,6 +23,7 @@ def test_default_gencodes_include_arch_specific_blackwell():
         ("9.0;10.0;12.0", ["9.0", "10.0a", "12.0a"]),
         ("9.0 12.0+PTX", ["9.0", "12.0a"]),
         ("10.0f,9.0,9.0", ["10.0f", "9.0"]),
+        ("8.9", ["8.9"]),
     ],
 )
 def test_parse_cuda_archs(spec, archs):
@@ -33,6 +34,20 @@ def test_parse_cuda_archs(spec, archs):
 def test_parse_cuda_archs_rejects(spec):
     with pytest.raises(ValueError, match="FP4OPS_CUDA_ARCHS"):
         _build.parse_cuda_archs(spec)
+
+
+@pytest.mark.parametrize("spec", ["8.0", "8.6", "9.0;8.6"])
+def test_parse_cuda_archs_refuses_what_the_capability_table_excludes(spec):
+    """The minimum comes from csrc/common/arch.h, whose device passes #error below it."""
+    with pytest.raises(ValueError, match=r"compute capability >= 8\.9 \(csrc/common/arch\.h\)"):
+        _build.parse_cuda_archs(spec)
+
+
+def test_min_cuda_arch_is_the_headers():
+    header = (_build.csrc_dir() / "common" / "arch.h").read_text()
+    assert _build.min_cuda_arch() == 89
+    assert "#define FP4OPS_MIN_CUDA_ARCH 89\n" in header
+    assert "__CUDA_ARCH__ < FP4OPS_MIN_CUDA_ARCH * 10" in header
 
 
 def test_environment_overrides(monkeypatch):

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <cmath>
 
+#include "arch.h"
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,23 +21,6 @@
 #define FP4OPS_HD __host__ __device__ __forceinline__
 #else
 #define FP4OPS_HD inline
-#endif
-
-// FP4OPS_HW_FP4: this device pass targets an arch-specific Blackwell chip (sm_100a, sm_103a,
-// sm_120a, sm_121a, or a family-specific 'f' target), which has cvt to and from e2m1x2.
-// A plain sm_100/sm_120 pass lacks those instructions; rather than fall back to the slow path
-// without anyone noticing, it does not compile.
-#if defined(__CUDA_ARCH__)
-#if (defined(__CUDA_ARCH_SPECIFIC__) && __CUDA_ARCH_SPECIFIC__ >= 1000) || \
-    (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000)
-#define FP4OPS_HW_FP4 1
-#elif __CUDA_ARCH__ >= 1000
-#error "fp4ops: Blackwell must be built arch-specific (sm_100a/sm_120a), e.g. FP4OPS_CUDA_ARCHS=10.0a"
-#endif
-// The E4M3 cvt exists from sm_89 on, Hopper included.
-#if __CUDA_ARCH__ >= 890
-#define FP4OPS_HW_E4M3 1
-#endif
 #endif
 
 namespace fp4ops {
@@ -201,8 +186,8 @@ __device__ __forceinline__ uint32_t e2m1x2_lanes_of_16bit(uint32_t magnitudes, u
 }
 
 // Round to nearest even on the E2M1 grid for a pair, on a GPU without FP4 instructions (sm_90),
-// in bf16x2 SIMD: about 16 instructions per pair (SASS) where counting the midpoints below |y|
-// (SPEC 1's rule as written, 7 compares and their sums) took about 33. Steps, per 16-bit lane:
+// in bf16x2 SIMD: a few packed operations per pair instead of counting the midpoints below |y|
+// (SPEC 1's rule as written: 7 compares and their sums per element). Steps, per 16-bit lane:
 //  1. r = |y| cut to bf16 with the lowest bit set when anything nonzero was cut ("round to
 //     odd"). r has 8 significant bits; rounding it to E2M1's 2 gives the same result as
 //     rounding |y| itself, because round-to-odd with at least two spare bits never creates or
@@ -246,8 +231,8 @@ __device__ __forceinline__ uint32_t e2m1x8_pack_lanes(uint32_t l0, uint32_t l1, 
   const uint32_t p01 = __byte_perm(l0, l1, kGather);
   const uint32_t p23 = __byte_perm(l2, l3, kGather);
   // (p & 0x0F0F0F0F) | ((p >> 12) & ~0x0F0F0F0F) as one lop3 (lookup table 0xE4 = (a & c) | (b & ~c)):
-  // written in C++, the compiler narrowed the second mask to the bytes the final permute keeps and
-  // then needed two LOP3s.
+  // written in C++, the compiler narrows the second mask to the bytes the final permute keeps and
+  // then needs two LOP3s.
   const auto select = [](uint32_t p) {
     uint32_t out;
     asm("lop3.b32 %0, %1, %2, 0x0F0F0F0F, 0xE4;" : "=r"(out) : "r"(p), "r"(p >> 12));

@@ -28,7 +28,8 @@ __device__ __forceinline__ uint32_t block_reduce_max(uint32_t m, uint32_t* scrat
 // and the largest finite value Inf, every finite value keeps its order, and NaN stays NaN (0x7FFF
 // becomes 0x8000, -0). max without .NaN returns the operand that is not NaN, so the running max
 // is the finite max plus one ulp. It starts at 0x0001 per lane (zero plus one ulp), above -0.
-// Three instructions per pair (LOP3, IADD3, HMNMX2) where widening and finite_abs took ~12.
+// Three instructions per pair (LOP3, IADD3, HMNMX2) instead of widening both elements and
+// finite_abs on each.
 template <typename T>
 struct FiniteMax16 {
   static_assert(sizeof(T) == 2, "two elements per 32-bit word");
@@ -59,10 +60,9 @@ struct FiniteMax16 {
 
 // Finite max of x[0, numel) from this thread's grid-stride share (fp32 bits). For 16-bit x two
 // groups of eight a step, `stride` apart, both loads issued before either is reduced, on the
-// loaded words (FiniteMax16): measured on the H100 (benchmarks/amax_probe.cu, cold L2, 2^26 fp16)
-// a loop of that shape takes 46.3-46.4 us, the same as a plain read with four loads in flight,
-// against 47.4-48.0 us for one group a step on widened values. fp32 x keeps one group a step
-// (two groups measured 1 point slower).
+// loaded words (FiniteMax16): the loop then streams at a plain read's rate. fp32 x keeps one
+// group a step. Both loop shapes were chosen by measurement (docs/performance.md, "amax: loop
+// shape and output zeroing").
 template <typename T, bool kAligned>
 __device__ __forceinline__ uint32_t thread_finite_max_bits(const T* __restrict__ x, int64_t numel, int64_t first,
                                                            int64_t stride) {
@@ -94,7 +94,7 @@ __device__ __forceinline__ uint32_t thread_finite_max_bits(const T* __restrict__
 // behind (launch_dependent, launch_utils.h) has completed and its writes are visible. Returns at
 // once after an ordinary launch.
 __device__ __forceinline__ void wait_for_primary_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(FP4OPS_HW_PDL)
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -102,11 +102,11 @@ __device__ __forceinline__ void wait_for_primary_grid() {
 // Zeroes words[0, count) for a kernel launched behind it as its programmatic dependent
 // (launch_dependent, launch_utils.h): that kernel's blocks start reading their input while this
 // runs and wait for it (wait_for_primary_grid) only before their atomics, where behind a memset or
-// a fill kernel they started after it. Measured on the H100 for amax (docs/performance.md): graph
-// replay at decode sizes 3.1 -> 2.0 us, cold calls at 2^26 unchanged, cold decode-size calls
-// ~0.5 us slower. One thread; static: each translation unit that launches it has its own copy.
+// a fill kernel they would start after it. That takes the zeroing off the critical path of small
+// calls replayed in a graph (chosen by measurement: docs/performance.md, "amax: loop shape and
+// output zeroing"). One thread; static: each translation unit that launches it has its own copy.
 static __global__ void zero_words_kernel(uint32_t* __restrict__ words, int count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(FP4OPS_HW_PDL)
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   for (int i = 0; i < count; ++i) words[i] = 0;

@@ -22,9 +22,6 @@ import subprocess
 from pathlib import Path
 
 DEFAULT_CUDA_ARCHS = ("9.0", "10.0a", "12.0a")
-# The oldest chip with bf16 arithmetic in hardware; everything below Blackwell uses the software
-# FP4 conversions.
-MIN_CUDA_ARCH = 80
 HOST_FLAGS = [
     "-O3",
     # Exact fp32 rounding in the scale math must not depend on the compiler: no contraction
@@ -51,9 +48,20 @@ def csrc_dir(root: Path | None = None) -> Path:
     return (root or repo_root()) / "csrc"
 
 
+def min_cuda_arch(root: Path | None = None) -> int:
+    """The oldest compute capability (x 10) the kernels compile for: FP4OPS_MIN_CUDA_ARCH of
+    csrc/common/arch.h, the capability table the kernels follow (one source for both)."""
+    header = csrc_dir(root) / "common" / "arch.h"
+    match = re.search(r"^#define FP4OPS_MIN_CUDA_ARCH (\d+)$", header.read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"fp4ops: no FP4OPS_MIN_CUDA_ARCH in {header}")
+    return int(match[1])
+
+
 def parse_cuda_archs(spec: str) -> list[str]:
     """'9.0;10.0 12.0a+PTX' -> ['9.0', '10.0a', '12.0a'] (Blackwell always arch-specific)."""
     archs = []
+    minimum = min_cuda_arch()
     for item in re.split(r"[;,\s]+", spec.strip()):
         if not item:
             continue
@@ -62,8 +70,9 @@ def parse_cuda_archs(spec: str) -> list[str]:
             raise ValueError(f"FP4OPS_CUDA_ARCHS: expected entries like 9.0 or 10.0a, got {item!r}")
         major, minor, suffix = int(match[1]), int(match[2]), match[3]
         number = major * 10 + minor
-        if number < MIN_CUDA_ARCH:
-            raise ValueError(f"FP4OPS_CUDA_ARCHS: fp4ops needs compute capability >= 8.0, got {item!r}")
+        if number < minimum:
+            raise ValueError(f"FP4OPS_CUDA_ARCHS: fp4ops needs compute capability >= {minimum // 10}.{minimum % 10} "
+                             f"(csrc/common/arch.h), got {item!r}")
         if number >= 100 and suffix == "":
             suffix = "a"
         arch = f"{major}.{minor}{suffix}"
