@@ -1,7 +1,6 @@
 // Launchers for the elementwise E2M1 casts: checks, device guard, current stream, dispatch.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include "../common/op_checks.h"
 #include "cast_kernels.cuh"
@@ -13,14 +12,15 @@ namespace fp4ops::cuda {
 constexpr int kThreads = 256;
 // Vectorized steps per thread, at most (grid_for): the plain quantizer's 256 input bytes per
 // thread for the cast to E2M1 (8 elements per step), and the dequantizer's one step of
-// kDecodeUnitsPerStep 16-byte stores per thread for the cast from it.
+// kDecodeUnitsPerStep 16-byte stores per thread for the cast from it (docs/performance.md, "Grid
+// sizing of the element-wise kernels").
 constexpr int64_t kToE2m1MaxSteps = 16;
 constexpr int64_t kFromE2m1MaxSteps = 1;
 
 at::Tensor cast_to_e2m1(const at::Tensor& x) {
   check_float_input(x, "x");
   check_last_dim_multiple(x, "x", 2);
-  const c10::cuda::CUDAGuard guard(x.device());
+  const LaunchDevice launch_device(x.device());
   const at::Tensor input = x.contiguous();
   at::Tensor out = at::empty(with_last_dim(x, x.size(-1) / 2), x.options().dtype(at::kByte));
   const int64_t numel = input.numel();
@@ -44,7 +44,7 @@ at::Tensor cast_to_e2m1(const at::Tensor& x) {
 at::Tensor cast_from_e2m1(const at::Tensor& data, at::ScalarType dtype) {
   check_packed(data, "data");
   check_out_dtype(dtype);
-  const c10::cuda::CUDAGuard guard(data.device());
+  const LaunchDevice launch_device(data.device());
   const at::Tensor packed = data.contiguous();
   at::Tensor out = at::empty(with_last_dim(data, data.size(-1) * 2), data.options().dtype(dtype));
   const int64_t num_bytes = packed.numel();

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -16,6 +17,20 @@
 #include <utility>
 
 namespace fp4ops::cuda {
+
+// Raises NotImplementedError, naming the GPU's architecture and the build variable, when this build
+// holds no kernels the current GPU (`device`) can run; cached per device (arch_check.cu).
+void check_built_for_device(int device);
+
+// What every launcher starts with: a device guard for `device`, and check_built_for_device, so a
+// GPU the build left out gets a clear error instead of CUDA's "no kernel image" at the launch.
+class LaunchDevice {
+ public:
+  explicit LaunchDevice(const at::Device& device) : guard_(device) { check_built_for_device(guard_.current_device().index()); }
+
+ private:
+  c10::cuda::CUDAGuard guard_;
+};
 
 template <typename T>
 struct TypeTag {
@@ -48,13 +63,13 @@ inline bool is_aligned(const void* p, std::uintptr_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-// Grid for a grid-stride loop over `work_items`: `min_per_sm` blocks per SM (16: two to three
-// waves of 256-thread blocks on an H100, by register use), never more than the work needs, and
-// more where a thread would otherwise take over `max_steps` items. Measured on the H100
-// (docs/performance.md): the quantizers at 2^28 bf16 elements gain 3-5 points of copy bandwidth
-// from ~8 steps per thread instead of ~31, the dequantizer most from one step per thread; at
-// 2^24-2^26 16 blocks per SM stays best for them, and amax loses with more blocks (one atomic
-// each). A single resident wave measured 1-3 points worse on the bf16 quantizers.
+// Grid for a grid-stride loop over `work_items`: `min_per_sm` blocks per SM (16: at least two
+// waves of 256-thread blocks, an SM holding at most 2048 threads, fewer by register use), never
+// more than the work needs, and more where a thread would otherwise take over `max_steps` items.
+// Each block pays a fixed cost (a kernel's prologue, amax's one atomic), so the grid grows past
+// `min_per_sm` only where threads would otherwise loop long. The defaults and each kernel's
+// `max_steps` were chosen by measurement (docs/performance.md, "Grid sizing of the element-wise
+// kernels").
 inline unsigned grid_for(int64_t work_items, int threads_per_block,
                          int64_t max_steps = std::numeric_limits<int64_t>::max(), int64_t min_per_sm = 16) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;

@@ -2,7 +2,6 @@
 // Nothing here synchronizes with the host, so every op can be captured in a CUDA graph.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
@@ -14,7 +13,9 @@ namespace fp4ops::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kQuantizeMaxSteps = 8;  // chunks per thread, at most (grid_for)
+// Chunks per thread, at most (grid_for; docs/performance.md, "Grid sizing of the element-wise
+// kernels").
+constexpr int64_t kQuantizeMaxSteps = 8;
 // Dynamic NVFP4 up to this many elements runs as one launch of one block (decode-time
 // activations such as 1 x 4096): cheaper than an amax launch plus a quantize launch.
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
@@ -87,7 +88,7 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
 
 at::Tensor amax(const at::Tensor& x) {
   check_float_input(x, "x");
-  const c10::cuda::CUDAGuard guard(x.device());
+  const LaunchDevice launch_device(x.device());
   const at::Tensor input = x.contiguous();
   at::Tensor out = at::empty({}, x.options().dtype(at::kFloat));
   launch_amax(input, out, at::cuda::getCurrentCUDAStream());
@@ -102,7 +103,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& 
   const bool swizzled = parse_scale_layout(scale_layout);
   // Before the guard: a CPU x with a CUDA global_scale dispatches here too.
   if (global_scale.has_value()) check_global_scale(*global_scale, x, "x");
-  const c10::cuda::CUDAGuard guard(x.device());
+  const LaunchDevice launch_device(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor input = x.contiguous();
   QuantizedOutputs out = allocate_quantized(x, kNvfp4Block, at::kFloat8_e4m3fn, swizzled);
@@ -127,7 +128,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_mxfp4(const at::Tensor& x, const std
   check_last_dim_multiple(x, "x", kMxfp4Block);
   const Mxfp4ScaleRule rule = parse_scale_rule(scale_rule);
   const bool swizzled = parse_scale_layout(scale_layout);
-  const c10::cuda::CUDAGuard guard(x.device());
+  const LaunchDevice launch_device(x.device());
   const at::Tensor input = x.contiguous();
   QuantizedOutputs out = allocate_quantized(x, kMxfp4Block, at::kFloat8_e8m0fnu, swizzled);
   if (input.numel() > 0) launch_quantize(input, Mxfp4Source{rule}, out, swizzled, at::cuda::getCurrentCUDAStream());

@@ -3,7 +3,6 @@
 // per-block rowwise kernel or the 2D strip kernel where one applies, else the tile kernel.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <type_traits>
 
@@ -58,9 +57,9 @@ void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const Reci
                    const Nvfp4Source& row_source, const Nvfp4Source& col_source, const RecipeOut<RowIndex>& row_out,
                    const RecipeOut<ColIndex>& col_out, uint32_t* amax_bits, cudaStream_t stream) {
   // About 4 tiles per CTA (at least 8 CTAs per SM, >= 1 block even with no tiles: block 0
-  // publishes the global scales). Measured on the H100 (docs/recipe.md), rowwise + columnwise at
-  // 2^28 bf16: 8 CTAs per SM (~31 tiles each) 650 us, ~8 tiles 580 us, ~4 tiles 549 us, ~2 tiles
-  // 567 us, one tile 613 us; at 2^26 ~4 tiles per CTA was the best too (141 against 144 us).
+  // publishes the global scales). A CTA pays its prologue (g, two multiplier tables, a barrier)
+  // once, which one tile per CTA would repeat for every tile; the share of ~4 was chosen by
+  // measurement against shorter and longer ones (docs/recipe.md, "Speed").
   const unsigned grid = grid_for(tiles.count, 1, kRecipeTilesPerCta, /*min_per_sm=*/8);
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -71,8 +70,8 @@ void launch_recipe(const at::Tensor& input, const RecipeTiles& tiles, const Reci
     };
     with_bool(is_aligned(x, 16), [&](auto aligned) {
       constexpr bool kAligned = decltype(aligned)::value;
-      // The instance is built for the measured case only: with fp32 x or a swizzled layout, its
-      // 5-CTA register cap spills (4-40 bytes).
+      // The instance is built for 16-bit x and linear scales only: with fp32 x or a swizzled
+      // layout, its cap of 5 CTAs per SM makes it spill.
       constexpr bool kHasPlainPair = !kAmaxOnly && sizeof(T) == 2 && std::is_same_v<RowIndex, LinearScales> &&
                                      std::is_same_v<ColIndex, LinearScales>;
       if constexpr (kHasPlainPair) {
@@ -94,9 +93,9 @@ template <bool kAmaxOnly, class Index>
 void launch_recipe_rowwise(const at::Tensor& input, const RecipeOptions& opt, const Nvfp4Source& source,
                            const RecipeOut<Index>& out, uint32_t* amax_bits, cudaStream_t stream) {
   const int64_t num_blocks = input.numel() / kNvfp4Block;
-  // >= 1: block 0 publishes g. Unlike the plain quantizer's, this grid stays at 16 CTAs per SM:
-  // at most 8 blocks per thread measured the same at 2^28 and 1-2% slower at 2^26, fewer still
-  // was slower (docs/recipe.md).
+  // >= 1: block 0 publishes g. Unlike the plain quantizer's, this grid stays at 16 CTAs per SM
+  // with no cap on blocks per thread: the cap does not pay for this kernel (chosen by
+  // measurement: docs/recipe.md, "Speed").
   const unsigned grid = grid_for(num_blocks, kRecipeThreads);
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -168,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
                                    offset);
   const RecipeOptions& opt = call.opt;
   const at::Tensor& input = call.input;
-  const c10::cuda::CUDAGuard guard(x.device());
+  const LaunchDevice launch_device(x.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const RecipeTiles tiles = tiles_of(call.geo);
   const bool rowwise_kernel = takes_rowwise_kernel(opt, input);
@@ -177,7 +176,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 
   // Each direction's g: the given tensor, or derived on the device from an amax (no host sync).
   // Both directions read the same word except under a rotation, whose rowwise and columnwise
-  // groups have their own amax. No copy kernels: at 2^26 elements each costs ~3% of the call.
+  // groups have their own amax. No copy kernels: each small launch is a visible part of the call
+  // (docs/recipe.md, "Speed").
   at::Tensor source;  // fp32: the amax (or given g), one word, or [2] for rows and for columns
   bool source_is_amax = true;
   if (global_scale.has_value()) {

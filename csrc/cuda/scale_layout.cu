@@ -2,7 +2,6 @@
 // tensors are 1/16 (NVFP4) or 1/32 (MXFP4) of the elements, so one byte per thread is enough.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
@@ -41,7 +40,7 @@ void launch_move(const at::Tensor& in, at::Tensor& out, int64_t count, const Swi
 
 at::Tensor swizzle_scales(const at::Tensor& scales) {
   check_scale_codes(scales, "scales", 1);
-  const c10::cuda::CUDAGuard guard(scales.device());
+  const LaunchDevice launch_device(scales.device());
   const int64_t cols = scales.size(-1);
   // Zeroed first: only real scales are copied, so every padding byte is 0.
   at::Tensor out = at::zeros(scale_shape(scales.sizes(), cols, true), scales.options());
@@ -52,7 +51,7 @@ at::Tensor swizzle_scales(const at::Tensor& scales) {
 
 at::Tensor unswizzle_scales(const at::Tensor& scales, int64_t rows, int64_t cols) {
   const auto linear = check_unswizzle_args(scales, rows, cols);
-  const c10::cuda::CUDAGuard guard(scales.device());
+  const LaunchDevice launch_device(scales.device());
   at::Tensor out = at::empty(linear, scales.options());
   const at::Tensor in = scales.contiguous();
   launch_move<false>(in, out, out.numel(), swizzled_scales_for(linear, cols));
