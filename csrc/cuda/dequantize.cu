@@ -1,12 +1,11 @@
 // Launchers for the NVFP4 / MXFP4 dequantizers: checks, device guard, current stream.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
-#include "quantize_kernels.cuh"
+#include "dequantize_kernels.cuh"
 
 namespace fp4ops::cuda {
 
@@ -14,8 +13,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class Source>
-at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, const Source& source,
+template <class Decoding>
+at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, const Decoding& decoding,
                              at::ScalarType dtype, bool swizzled) {
   const at::Tensor packed = data.contiguous();
   const at::Tensor codes = scales.contiguous();
@@ -29,11 +28,11 @@ at::Tensor launch_dequantize(const at::Tensor& data, const at::Tensor& scales, c
     using T = typename decltype(tag)::type;
     T* values = static_cast<T*>(out.mutable_data_ptr());
     const unsigned grid = grid_for(decode_steps(num_units), kThreads, /*max_steps=*/1);
-    with_scale_index(swizzled, out.sizes(), out.size(-1) / Source::Format::kBlock, [&](auto scale_index) {
+    with_scale_index(swizzled, out.sizes(), out.size(-1) / Decoding::Format::kBlock, [&](auto scale_index) {
       using Index = decltype(scale_index);
       with_bool(is_aligned(in, 16 / sizeof(T) / 2), [&](auto aligned) {
-        dequantize_kernel<T, decltype(aligned)::value, Source, Index>
-            <<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, source, scale_index, values);
+        dequantize_kernel<T, decltype(aligned)::value, Decoding, Index>
+            <<<grid, kThreads, 0, stream>>>(in, scale_codes, num_units, decoding, scale_index, values);
       });
     });
   });
@@ -48,17 +47,17 @@ at::Tensor dequantize_nvfp4(const at::Tensor& data, const at::Tensor& scales, co
   const bool swizzled = parse_scale_layout(scale_layout);
   check_dequantize_args(data, scales, at::kFloat8_e4m3fn, kNvfp4Block, dtype, swizzled);
   check_global_scale(global_scale, data, "data");
-  const c10::cuda::CUDAGuard guard(data.device());
+  const LaunchDevice launch_device(data.device());
   const at::Tensor g = global_scale.reshape({}).contiguous();
-  return launch_dequantize(data, scales, Nvfp4Source{g.const_data_ptr<float>(), false, nullptr}, dtype, swizzled);
+  return launch_dequantize(data, scales, Nvfp4Decoding{g.const_data_ptr<float>()}, dtype, swizzled);
 }
 
 at::Tensor dequantize_mxfp4(const at::Tensor& data, const at::Tensor& scales, at::ScalarType dtype,
                             const std::string& scale_layout) {
   const bool swizzled = parse_scale_layout(scale_layout);
   check_dequantize_args(data, scales, at::kFloat8_e8m0fnu, kMxfp4Block, dtype, swizzled);
-  const c10::cuda::CUDAGuard guard(data.device());
-  return launch_dequantize(data, scales, Mxfp4Source{Mxfp4ScaleRule::kFloor}, dtype, swizzled);
+  const LaunchDevice launch_device(data.device());
+  return launch_dequantize(data, scales, Mxfp4Decoding{}, dtype, swizzled);
 }
 
 }  // namespace fp4ops::cuda

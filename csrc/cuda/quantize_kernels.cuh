@@ -1,4 +1,4 @@
-// NVFP4 / MXFP4 quantize and dequantize kernels (SPEC 2, 3): raw pointers, no torch headers.
+// NVFP4 / MXFP4 quantize kernels (SPEC 2, 3): raw pointers, no torch headers.
 //
 // Quantize work unit: a "chunk" of 32 input bytes per thread and step (16 bf16/fp16 elements or 8
 // fp32 ones: two 16-byte loads; 8 or 4 bytes of packed codes out). A scale block of
@@ -104,7 +104,8 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
 #pragma unroll
     for (int g = 0; g < kN / 8; ++g) raw[g] = load_vec8<T, kAligned>(x, c * (kN / 8) + g);
     // On the loaded words for 16-bit x (max_abs_bits16: half the ALU-pipe instructions of the
-    // max on widened values; the ALU pipe is what bounds this loop on an H200).
+    // max on widened values; the ALU pipe is this loop's busiest: docs/performance.md, "What
+    // bounds each op").
     uint32_t m = loaded_max_bits(raw);
 #pragma unroll
     for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
@@ -127,9 +128,10 @@ __device__ __forceinline__ void quantize_chunks(const T* __restrict__ x,  // [nu
 // bmax (K (1 - 2^-20)) and bmax (K (1 + 2^-20)), each product and factor rounded once more.
 // E4M3's rounding is monotone: where both ends give one code, t gives it too. Otherwise (t within
 // ~2^-20 of a rounding boundary: about one block in 2^15 of random data, more for data on a
-// coarse grid) the caller divides. ~10 instructions per block instead of the divisions' ~30;
-// measured on the H200 +2 to +4 points of copy bandwidth for bf16 x, none on the H100
-// (docs/performance.md, change 18).
+// coarse grid) the caller divides. Two multiplies, one paired conversion and a compare per block
+// instead of the divisions: a shorter dependent chain, which pays where the loop is
+// latency-bound rather than memory-bound (chosen by measurement: docs/performance.md,
+// "Quantizer: block-scale bracket").
 struct ScaleBracket {
   float low = 0.0f;                                       // K (1 - 2^-20); 0 with high = Inf: off
   float high = std::numeric_limits<float>::infinity();    // K (1 + 2^-20)
@@ -163,9 +165,9 @@ __device__ __forceinline__ ScaleBracket scale_bracket_for(float g) {
 
 // NVFP4 with each block's element multiplier 1 / (dec(code) * g) looked up rather than divided:
 // g is fixed per launch, so a CTA tabulates the 127 possible values once, with the very function
-// Nvfp4Format::encode calls (same bits). The division was ~20 of the ~280 instructions a thread
-// spends per 16 bf16 elements. The block scale skips its two divisions where a bracket decides it
-// (ScaleBracket).
+// Nvfp4Format::encode calls (same bits): a shared-memory load per block instead of a division
+// (docs/performance.md, "Quantizer: loop and encoder").
+// The block scale skips its two divisions where a bracket decides it (ScaleBracket).
 struct Nvfp4TabulatedFormat {
   static constexpr int kBlock = kNvfp4Block;
   static constexpr int kCodes = 128;  // scale codes 0..0x7E (and an unused 0x7F)
@@ -232,38 +234,6 @@ __global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int6
   const Nvfp4Format format{nvfp4_global_scale_from_amax(__uint_as_float(amax_bits))};
   if (threadIdx.x == 0) *scale_out = format.global_scale;
   quantize_chunks<T, kAligned>(x, num_chunks, threadIdx.x, blockDim.x, format, data, scales, scale_index);
-}
-
-// out = E2M1(code) * decoded block scale, one rounding to OutT. Each unit writes one 16-byte
-// vector (8 outputs from 4 code bytes for bf16/fp16, 4 outputs from 2 code bytes for fp32);
-// kDecodeUnitsPerStep units per thread and step, their code and scale loads first
-// (for_units_loads_first). kAligned: the code bytes can be read as one word (out is freshly
-// allocated, hence 16-byte aligned).
-template <typename OutT, bool kAligned, class Source, class ScaleIndex>
-__global__ void dequantize_kernel(const uint8_t* __restrict__ data,    // [num_units * kPerUnit / 2]
-                                  const uint8_t* __restrict__ scales,  // block b at scale_index.offset(b)
-                                  int64_t num_units, Source source, ScaleIndex scale_index, OutT* __restrict__ out) {
-  constexpr int kBytes = kCodeBytesPerUnit<OutT>;
-  constexpr int kPerUnit = 2 * kBytes;  // outputs per 16-byte store
-  using CodeWord = std::conditional_t<kBytes == 4, uint32_t, uint16_t>;
-  struct Loaded {
-    uint32_t codes, scale_code;
-  };
-  const typename Source::Format format = source.make();
-  const auto load = [&](int64_t u) {
-    Loaded loaded{0u, scales[scale_index.offset(u * kPerUnit / Source::Format::kBlock)]};
-    if constexpr (kAligned) {
-      loaded.codes = reinterpret_cast<const CodeWord*>(data)[u];
-    } else {
-#pragma unroll
-      for (int b = 0; b < kBytes; ++b) loaded.codes |= static_cast<uint32_t>(data[u * kBytes + b]) << (8 * b);
-    }
-    return loaded;
-  };
-  const auto finish = [&](int64_t u, const Loaded& loaded) {
-    store_decoded_unit<OutT, /*kScaled=*/true>(out + u * kPerUnit, loaded.codes, format.decode_scale(loaded.scale_code));
-  };
-  for_units_loads_first<kDecodeUnitsPerStep>(num_units, load, finish);
 }
 
 }  // namespace fp4ops::cuda
