@@ -2,7 +2,6 @@
 // (format, B kind, lane span, output dtype).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 #include <array>
@@ -34,11 +33,9 @@ constexpr int64_t kMmaMaxK = 32768;
 // Warps per tile (warps_k), which fixes the summation order: a function of M and K only, so results
 // do not depend on the GPU or on the batch count L (batch-invariant). Few warps per tile, each with
 // a long run of segments, stream best while the GPU has warps enough: the fewest (a power of two)
-// that give ~3000 warps for one batch (L > 1 only adds more), with at least 8 segments per warp
-// and at most 8 warps. Measured on the H100 with warps_k forced to 1..16 (docs/performance.md): at
-// (7168, 2048, 4) 1 warp per tile was 12% faster than the 4 of the rule before (a warp per 2
-// segments), at (7168, 16384, 1) 2-4 warps 4-8% faster than 8; but one warp per tile at M = 1024,
-// K = 8192 (128 warps in all) was 2.3x slower.
+// that give kWarpsWanted warps for one batch (L > 1 only adds more), with at least 8 segments per
+// warp and at most 8 warps. The constants were chosen by measurement (docs/performance.md,
+// "GEMV: launch rules").
 int gemv_warps_per_tile(int64_t tiles, int64_t segments) {
   constexpr int64_t kWarpsWanted = 3000;
   const int64_t most = std::clamp<int64_t>(segments / 8, 1, kMmaMaxWarps);
@@ -51,11 +48,8 @@ int gemv_warps_per_tile(int64_t tiles, int64_t segments) {
 // rather than by waiting on memory: peak DRAM bytes per second per SM (from the memory clock and
 // bus width) at or above kIssueBoundDramBytesPerSm. There the one-CTA-per-SM build, whose loop
 // has the registers to keep more work in flight per warp, is the faster one at every size; below
-// it, two CTAs per SM hide memory latency better once each SM has work enough. Measured
-// (docs/performance.md, A/B of the builds on the suite's shapes): H200 (4.8 TB/s, 132 SMs: 36 GB/s
-// per SM) +2 to +10 points of copy bandwidth at 2^28 weights and +0.5 to +3 at (7168, 2048, 4),
-// every variant; H100 SXM (3.35 TB/s: 25 GB/s per SM) -1 to -1.5 points at 2^28 weights and
-// (4096, 7168, 8). Other GPUs were never measured; the threshold sits between the two.
+// it, two CTAs per SM hide memory latency better once each SM has work enough. The threshold lies
+// between the GPUs measured on either side of it (docs/performance.md, "GEMV: launch rules").
 constexpr double kIssueBoundDramBytesPerSm = 30e9;
 
 bool dram_feeds_sms_fast(int device, int64_t sms) {
@@ -90,19 +84,17 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   const int warps = static_cast<int>(groups) * warps_k;
   const size_t smem = Layout::smem_bytes(segments, warps);
   // Little work per SM: one CTA per SM instead of all that fit, so each CTA's fixed cost (staging B,
-  // the ring's first round trip) is spread over more tiles. Measured on the H100 (A/B of the cap,
-  // docs/performance.md): +1 to +3 points of copy bandwidth at 217-434 segments per SM ((7168,
-  // 2048, 4), (14336, 4096, 1), (7168, 16384, 1)), -1 to -2 points at 869-993 ((4096, 7168, 8),
-  // 16384^2). Only where the batches still spread over >= 90% of the SMs at one CTA each (not
-  // e.g. L = 100, which would get 100 CTAs). The summation order does not depend on the grid.
+  // the ring's first round trip) is spread over more tiles; past kShortWorkSegmentsPerSm, more
+  // CTAs per SM hide latency better (docs/performance.md, "GEMV: launch rules"). Only where the
+  // batches still spread over >= 90% of the SMs at one CTA each (not e.g. L = 100, which would get
+  // 100 CTAs). The summation order does not depend on the grid.
   constexpr int64_t kShortWorkSegmentsPerSm = 640;
   const bool short_work = tiles * batches * segments < kShortWorkSegmentsPerSm * sms &&
                           (sms / batches) * batches * 10 >= sms * 9;
   // The kernel's build (gemv_mma.cuh): the one for one CTA per SM, with the registers that frees,
   // where a call gets one CTA per SM anyway (short work) or the GPU is issue-bound (above); its
-  // shifted bf16-B path only on the latter. H100, against the plain build alone: +0.5 to +2.2
-  // points at (7168, 2048, 4); at (7168, 16384, 1) +0.7 to +1 for FP4 B, and -1.3 to -1.6 for
-  // bf16 B with the shifted path, within 0.5 without it (docs/performance.md).
+  // shifted bf16-B path only on the latter, where it pays for its range check of B
+  // (docs/performance.md, "GEMV: launch rules").
   const int device = out.get_device();
   const bool issue_bound = dram_feeds_sms_fast(device, sms);
   const bool one_cta_per_sm = short_work || issue_bound;
@@ -149,7 +141,7 @@ void launch(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
 at::Tensor run(const at::Tensor& a_data, const at::Tensor& a_scales, const std::optional<at::Tensor>& a_global,
                const at::Tensor& b, const at::Tensor* b_scales, const std::optional<at::Tensor>& b_global,
                at::ScalarType out_dtype) {
-  const c10::cuda::CUDAGuard guard(a_data.device());
+  const LaunchDevice launch_device(a_data.device());
   const at::Tensor a = aligned_contiguous(a_data), sa = a_scales.contiguous(), bb = aligned_contiguous(b);
   const at::Tensor sb = b_scales ? b_scales->contiguous() : at::Tensor();
   const at::Tensor ga = a_global ? a_global->reshape({}).contiguous() : at::Tensor();

@@ -1,0 +1,48 @@
+// Shared-memory and asynchronous-copy primitives (sm_80+ PTX) that the tensor-core GEMV streams
+// with. Addresses of shared memory are 32-bit shared-window addresses (shared_address).
+#pragma once
+
+#include <cstdint>
+
+namespace fp4ops::cuda {
+
+// Asynchronous global -> shared copies (cp.async): data streams through shared memory without
+// holding registers, so a warp keeps several copies in flight. .cg: cached in L2 only.
+__device__ __forceinline__ void cp_async_16_streaming(uint32_t smem_dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(smem_dst), "l"(src));
+}
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(uint32_t smem_dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(smem_dst), "l"(src), "n"(kBytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(kPending));
+}
+
+// Shared-memory loads by 32-bit shared address: a hot loop keeps its addresses as offsets that
+// advance by constants, instead of generic pointers the compiler re-derives every iteration.
+__device__ __forceinline__ uint4 lds_128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Named barrier over `threads` threads (ids 1..15; 0 is __syncthreads).
+__device__ __forceinline__ void group_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace fp4ops::cuda
