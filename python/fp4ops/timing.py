@@ -1,5 +1,5 @@
 """Timing a call: CUDA events on the GPU, a host clock on the CPU. Shared by the main job and the
-benchmark suite (fp4ops.bench)."""
+benchmark suite (benchmarks/suite, outside the package)."""
 
 from __future__ import annotations
 
