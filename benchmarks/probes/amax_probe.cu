@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../../csrc/cuda/amax_kernels.cuh"
+#include "../../csrc/cuda/pdl_launch.cuh"
 #include "read_probe_common.cuh"
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); return 1; } } while (0)
@@ -97,19 +98,10 @@ __global__ void one_pass_amax(const uint4* __restrict__ x, int64_t n, uint32_t* 
   if (threadIdx.x == 0) *out_bits = r, *arrived = 0;
 }
 
-// launch_utils.h's launch_dependent without its torch error check: this probe builds with nvcc
-// alone, and launch_utils.h includes ATen.
+// The launchers' programmatic dependent launch (csrc/cuda/pdl_launch.cuh, free of torch).
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, Args... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(threads);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, kernel, args...);
+  fp4ops::cuda::launch_programmatic_dependent(kernel, grid, threads, cudaStream_t{}, args...);
 }
 
 // Median of 31 cold-L2 calls (CUDA events), each after a 256 MB read that leaves the L2 clean.

@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "pdl_launch.cuh"
+
 namespace fp4ops::cuda {
 
 // Raises NotImplementedError, naming the GPU's architecture and the build variable, when this build
@@ -96,23 +98,11 @@ inline int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device)
   return resident;
 }
 
-// Launches `kernel` behind the previous kernel in `stream` as a programmatic dependent (PDL,
-// sm_90 and later): its blocks may start once every block of that kernel has called
-// griddepcontrol.launch_dependents or exited, so `kernel` must call griddepcontrol.wait before it
-// touches anything the previous kernel writes. Stream capture records the same dependency.
+// pdl_launch.cuh's programmatic dependent launch, with torch's error check.
 template <typename... KernelArgs, typename... Args>
 void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
                       Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(threads);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  C10_CUDA_CHECK(launch_programmatic_dependent(kernel, grid, threads, stream, std::forward<Args>(args)...));
 }
 
 }  // namespace fp4ops::cuda

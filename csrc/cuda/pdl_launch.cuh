@@ -1,0 +1,30 @@
+// Programmatic dependent launch on the bare CUDA runtime (no torch), for the launchers
+// (launch_dependent, launch_utils.h) and the lab's probes alike.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace fp4ops::cuda {
+
+// Launches `kernel` behind the previous kernel in `stream` as a programmatic dependent (PDL,
+// sm_90 and later): its blocks may start once every block of that kernel has called
+// griddepcontrol.launch_dependents or exited, so `kernel` must call griddepcontrol.wait before it
+// touches anything the previous kernel writes. Stream capture records the same dependency.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads,
+                                          cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace fp4ops::cuda
