@@ -21,9 +21,12 @@ def test_default_gencodes_include_arch_specific_blackwell():
     [
         ("9.0", ["9.0"]),
         ("9.0;10.0;12.0", ["9.0", "10.0a", "12.0a"]),
-        ("9.0 12.0+PTX", ["9.0", "12.0a"]),
+        ("9.0 12.0+PTX", ["9.0", "12.0a+PTX"]),
+        ("8.0+PTX", ["8.0+PTX"]),
+        ("8.6", ["8.6"]),
         ("10.0f,9.0,9.0", ["10.0f", "9.0"]),
         ("8.9", ["8.9"]),
+        ("8.0", ["8.0"]),
     ],
 )
 def test_parse_cuda_archs(spec, archs):
@@ -36,17 +39,25 @@ def test_parse_cuda_archs_rejects(spec):
         _build.parse_cuda_archs(spec)
 
 
-@pytest.mark.parametrize("spec", ["8.0", "8.6", "9.0;8.6"])
+@pytest.mark.parametrize("spec", ["7.5", "7.0", "9.0;7.5+PTX"])
 def test_parse_cuda_archs_refuses_what_the_capability_table_excludes(spec):
     """The minimum comes from csrc/common/arch.h, whose device passes #error below it."""
-    with pytest.raises(ValueError, match=r"compute capability >= 8\.9 \(csrc/common/arch\.h\)"):
+    with pytest.raises(ValueError, match=r"compute capability >= 8\.0 \(csrc/common/arch\.h\)"):
         _build.parse_cuda_archs(spec)
+
+
+def test_ptx_entries_embed_the_ptx_too():
+    assert _build.gencode_flags(["8.0+PTX", "9.0"]) == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_80,code=compute_80",
+        "-gencode=arch=compute_90,code=sm_90",
+    ]
 
 
 def test_min_cuda_arch_is_the_headers():
     header = (_build.csrc_dir() / "common" / "arch.h").read_text()
-    assert _build.min_cuda_arch() == 89
-    assert "#define FP4OPS_MIN_CUDA_ARCH 89\n" in header
+    assert _build.min_cuda_arch() == 80
+    assert "#define FP4OPS_MIN_CUDA_ARCH 80\n" in header
     assert "__CUDA_ARCH__ < FP4OPS_MIN_CUDA_ARCH * 10" in header
 
 

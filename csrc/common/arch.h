@@ -3,28 +3,29 @@
 // code); python/fp4ops/_build.py reads FP4OPS_MIN_CUDA_ARCH from this file, so the build refuses
 // what the kernels cannot compile for.
 //
-// | macro            | instructions it allows                                 | device passes           |
-// |------------------|--------------------------------------------------------|-------------------------|
-// | (minimum)        | cp.async, mma.sync bf16, redux/max.bf16x2; plus below  | sm_89 and later         |
-// | FP4OPS_HW_E4M3   | cvt f32 -> e4m3x2, cvt e4m3x2 -> f16x2                 | sm_89 and later         |
-// | FP4OPS_HW_PDL    | griddepcontrol (programmatic dependent launch)         | sm_90 and later         |
-// | FP4OPS_HW_FP4    | cvt f32 -> e2m1x2, cvt e2m1x2 -> f16x2                 | sm_100a, sm_103a,       |
-// |                  |                                                        | sm_120a, sm_121a, 'f'   |
+// | macro               | instructions it allows                              | device passes         |
+// |---------------------|-----------------------------------------------------|-----------------------|
+// | (minimum)           | cp.async, mma.sync bf16, redux, max.bf16x2          | sm_80 and later       |
+// | FP4OPS_HW_MAX_ABS16 | max.NaN.xorsign.abs on bf16x2 / f16x2               | sm_86 and later       |
+// | FP4OPS_HW_E4M3      | cvt f32 -> e4m3x2, cvt e4m3x2 -> f16x2              | sm_89 and later       |
+// | FP4OPS_HW_PDL       | griddepcontrol (programmatic dependent launch)      | sm_90 and later       |
+// | FP4OPS_HW_FP4       | cvt f32 -> e2m1x2, cvt e2m1x2 -> f16x2              | sm_100a, sm_103a,     |
+// |                     |                                                     | sm_120a, sm_121a, 'f' |
 //
-// The minimum is sm_89 because the GEMV decodes its E4M3 block scales with the E4M3 cvt; an
-// sm_80/sm_86 pass would need a software decode there. A plain (not arch-specific) Blackwell pass
-// lacks the E2M1 cvt; rather than fall back to the slow path without anyone noticing, it does
-// not compile. Host code (the CPU kernels, the launchers) sees none of these macros and takes the
+// Below each feature's architecture the kernels take a software path with the same bits (the
+// software E4M3 and fp16 decodes, the max on widened values), which the tests hold to the
+// contract like the hardware paths. A plain (not arch-specific) Blackwell pass lacks the E2M1
+// cvt; rather than fall back to the slow path without anyone noticing, it does not compile. Host code (the CPU kernels, the launchers) sees none of these macros and takes the
 // software paths, which the tests hold to the same bits.
 #pragma once
 
 // Compute capability x 10, as _build.py's parse_cuda_archs counts it.
-#define FP4OPS_MIN_CUDA_ARCH 89
+#define FP4OPS_MIN_CUDA_ARCH 80
 
 #if defined(__CUDA_ARCH__)
 
 #if __CUDA_ARCH__ < FP4OPS_MIN_CUDA_ARCH * 10
-#error "fp4ops: the kernels need compute capability 8.9 or later (see csrc/common/arch.h)"
+#error "fp4ops: the kernels need compute capability 8.0 or later (see csrc/common/arch.h)"
 #endif
 
 #if (defined(__CUDA_ARCH_SPECIFIC__) && __CUDA_ARCH_SPECIFIC__ >= 1000) || \
@@ -34,7 +35,13 @@
 #error "fp4ops: Blackwell must be built arch-specific (sm_100a/sm_120a), e.g. FP4OPS_CUDA_ARCHS=10.0a"
 #endif
 
+#if __CUDA_ARCH__ >= 860
+#define FP4OPS_HW_MAX_ABS16 1
+#endif
+
+#if __CUDA_ARCH__ >= 890
 #define FP4OPS_HW_E4M3 1
+#endif
 
 #if __CUDA_ARCH__ >= 900
 #define FP4OPS_HW_PDL 1

@@ -395,11 +395,12 @@ FP4OPS_HD float e8m0_decode(uint32_t code) {
 
 // d * 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb (0xFF: NaN) with one rounding
 // wherever the result is normal: the exponents add as integers, so a huge A scale times a tiny B
-// scale cannot overflow (or underflow) on the way. d is 0 or between 2^-14 and 2^11 in magnitude
-// (a GEMV block sum of E2M1 products, possibly times the 2^-12 of an exact operand encoding).
-// 2^sum is applied as two normal powers of two, without branches (the GEMV's hot loop runs this
-// per block): the first, at least 2^-100, keeps d * 2^first normal and so exact, and the second
-// rounds once. Past 2^254 the result overflows, below 2^-226 it rounds to zero, whichever factors
+// scale cannot overflow (or underflow) on the way. d is 0 or at most 2^11 in magnitude and a
+// multiple of 2^-30: a GEMV block sum of E2M1 products (a multiple of 1/4), possibly times the
+// 2^-12 or 2^-28 of an exact operand encoding (mma_fragments.cuh). 2^sum is applied as two normal
+// powers of two, without branches (the GEMV's hot loop runs this per block): the first, at least
+// 2^-100, keeps d * 2^first exact (a multiple of 2^-130, which fp32's subnormals hold too), and
+// the second rounds once. Past 2^254 the result overflows, below 2^-226 it rounds to zero, whichever factors
 // carry the rest: the clamps change no result.
 FP4OPS_HD float scale_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo) {
   const int sum = static_cast<int>(ea + eb) - 254 + undo;

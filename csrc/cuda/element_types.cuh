@@ -171,13 +171,19 @@ __device__ __forceinline__ uint32_t max_abs_bits(const float (&v)[kN]) {
 }
 
 // max_abs_bits of a block of 16-bit x taken on its loaded words, two elements per instruction:
-// max.NaN.xorsign.abs on bf16x2 / f16x2 (sm_86+) keeps |max| per lane (its sign is the XOR of
+// max.NaN.xorsign.abs on bf16x2 / f16x2 (FP4OPS_HW_MAX_ABS16, arch.h) keeps |max| per lane (its sign is the XOR of
 // the inputs', dropped at the end) and propagates NaN, so 7 packed maxes and one fp32 max of the
 // two lanes replace the 15 FMNMX of max_abs_bits on the widened values, on the ALU pipe that
 // bounds the quantizers. Same bits: the max of 16-bit values is exact and widening is exact.
+// Without that instruction (sm_80), the same bits from the widened values.
 template <typename T>
 __device__ __forceinline__ uint32_t max_abs_bits16(const Vec8<T> (&raw)[2]) {
   static_assert(sizeof(T) == 2, "two elements per 32-bit word");
+#if !defined(FP4OPS_HW_MAX_ABS16)
+  float v[16];
+  widen16<T>(raw, v);
+  return max_abs_bits(v);
+#else
   const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
   uint32_t m = words[0];
 #pragma unroll
@@ -190,6 +196,7 @@ __device__ __forceinline__ uint32_t max_abs_bits16(const Vec8<T> (&raw)[2]) {
   }
   const T* lanes = reinterpret_cast<const T*>(&m);
   return __float_as_uint(max_nan(fabsf(to_float(lanes[0])), fabsf(to_float(lanes[1]))));
+#endif
 }
 
 // max_abs_bits of loaded groups of eight, as stored: on the words for 16-bit x (max_abs_bits16,

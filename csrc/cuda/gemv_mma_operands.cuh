@@ -69,8 +69,10 @@ struct MmaGemvLayout {
   }
 };
 
-// Two E4M3 codes (low byte first) -> fp32, exactly (NaN stays NaN), with the sm_89+ cvt.
+// Two E4M3 codes (low byte first) -> fp32, exactly (NaN stays NaN): with the E4M3 cvt where the
+// chip has it (FP4OPS_HW_E4M3, arch.h), else the format's software decode (same values).
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
+#if defined(FP4OPS_HW_E4M3)
   uint32_t halves;
   asm("{\n\t.reg .b16 pair;\n\t"
       "cvt.u16.u32 pair, %1;\n\t"
@@ -78,6 +80,9 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
       : "=r"(halves)
       : "r"(codes));
   return __half22float2(*reinterpret_cast<const __half2*>(&halves));
+#else
+  return make_float2(e4m3_decode(codes & 0xFFu), e4m3_decode(codes >> 8 & 0xFFu));
+#endif
 }
 
 // bf16 B times 2^70, where A is fed to the MMAs as the decoder's raw bits (values times 2^-126:

@@ -27,6 +27,8 @@ struct E4m3x4Pair {
   uint32_t even, odd;
 };
 constexpr int kE4m3DecodeExponent = -6;
+// The fp16 decode without the E4M3 cvt (e2m1x8_to_fp16) gives the values times 2^-14.
+constexpr int kFp16BitsDecodeExponent = -14;
 
 __device__ __forceinline__ E4m3x4Pair e2m1x8_to_e4m3(uint32_t w) {
   // even: low nibble of each byte; 4 * magnitude + 12 * (sign bit 3) lands sign on bit 7.
@@ -50,9 +52,12 @@ enum class Pairing {
   kNatural,  // register r = elements (2r, 2r + 1): the hardware E2M1 cvt, byte by byte
 };
 
-// fp16 on sm_90: E4M3 bytes (value x 2^-6, see above) widened exactly by cvt.f16x2.e4m3x2, two
-// per instruction: 9 instructions per 8 elements against 15 for shifts and masks. On Blackwell the
-// hardware E2M1 cvt gives the exact value directly.
+// fp16 with the E4M3 cvt (FP4OPS_HW_E4M3, arch.h): E4M3 bytes (value x 2^-6, see above) widened
+// exactly by cvt.f16x2.e4m3x2, two per instruction, fewer instructions than shifts and masks. On
+// Blackwell the hardware E2M1 cvt gives the exact value directly. Without either (sm_80/sm_86),
+// shifts and masks place the magnitude bits (e1 e0 m) in fp16's exponent and mantissa: the
+// value x 2^-14 exactly (code 1, 0.5, becomes the fp16 subnormal 2^-15, which the tensor cores
+// take exactly).
 __device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
   Regs4 out;
 #if defined(FP4OPS_HW_FP4)
@@ -64,7 +69,7 @@ __device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
       "cvt.rn.f16x2.e2m1x2 %3, b3;\n\t}"
       : "=r"(out.reg[0]), "=r"(out.reg[1]), "=r"(out.reg[2]), "=r"(out.reg[3])
       : "r"(w));
-#else
+#elif defined(FP4OPS_HW_E4M3)
   const E4m3x4Pair p = e2m1x8_to_e4m3(w);  // even = (0, 2, 4, 6), odd = (1, 3, 5, 7)
   asm("{\n\t.reg .b16 e0, e1, o0, o1;\n\t"
       "mov.b32 {e0, e1}, %4;\n\t"
@@ -75,6 +80,14 @@ __device__ __forceinline__ Regs4 e2m1x8_to_fp16(uint32_t w) {
       "cvt.rn.f16x2.e4m3x2 %3, o1;\n\t}"
       : "=r"(out.reg[0]), "=r"(out.reg[1]), "=r"(out.reg[2]), "=r"(out.reg[3])
       : "r"(p.even), "r"(p.odd));
+#else
+  // Register r = elements (r, r + 4) (nibbles r and r + 4, 16 bits apart): magnitude bits to fp16
+  // bits 9..11, the sign to bit 15.
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint32_t nibbles = w >> (4 * r);
+    out.reg[r] = (nibbles & 0x00070007u) << 9 | (nibbles & 0x00080008u) << 12;
+  }
 #endif
   return out;
 }
@@ -124,9 +137,12 @@ struct DenseOperand<__half> {
 #if defined(FP4OPS_HW_FP4)
   static constexpr Pairing kPairing = Pairing::kNatural;
   static constexpr int kDecodeExponent = 0;
-#else
+#elif defined(FP4OPS_HW_E4M3)
   static constexpr Pairing kPairing = Pairing::kPlus2;
   static constexpr int kDecodeExponent = kE4m3DecodeExponent;
+#else
+  static constexpr Pairing kPairing = Pairing::kPlus4;
+  static constexpr int kDecodeExponent = kFp16BitsDecodeExponent;
 #endif
   static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_fp16(w); }
 };

@@ -8,7 +8,9 @@ Environment:
   FP4OPS_CUDA_ARCHS      e.g. "9.0" or "9.0;10.0;12.0" (default: 9.0, 10.0a, 12.0a). Blackwell
                          entries always build arch-specific ("10.0" -> sm_100a): the hardware
                          FP4 conversions exist only there.
-  TORCH_CUDA_ARCH_LIST   used when FP4OPS_CUDA_ARCHS is unset (same syntax, "+PTX" ignored).
+  TORCH_CUDA_ARCH_LIST   used when FP4OPS_CUDA_ARCHS is unset (same syntax). An entry's "+PTX"
+                         embeds its PTX too, e.g. "8.0+PTX": run with CUDA_FORCE_PTX_JIT=1 on
+                         a newer GPU, the sm_80 code path runs there for real.
   FP4OPS_FORCE_CPU=1     build without CUDA even when a toolkit is present.
   MAX_JOBS               parallel compile jobs (read by torch's ninja build).
 """
@@ -59,7 +61,8 @@ def min_cuda_arch(root: Path | None = None) -> int:
 
 
 def parse_cuda_archs(spec: str) -> list[str]:
-    """'9.0;10.0 12.0a+PTX' -> ['9.0', '10.0a', '12.0a'] (Blackwell always arch-specific)."""
+    """'9.0;10.0 8.0+PTX' -> ['9.0', '10.0a', '8.0+PTX'] (Blackwell always arch-specific; '+PTX'
+    also embeds the PTX, which the driver compiles for newer GPUs)."""
     archs = []
     minimum = min_cuda_arch()
     for item in re.split(r"[;,\s]+", spec.strip()):
@@ -75,7 +78,7 @@ def parse_cuda_archs(spec: str) -> list[str]:
                              f"(csrc/common/arch.h), got {item!r}")
         if number >= 100 and suffix == "":
             suffix = "a"
-        arch = f"{major}.{minor}{suffix}"
+        arch = f"{major}.{minor}{suffix}{match[4] or ''}"
         if arch not in archs:
             archs.append(arch)
     if not archs:
@@ -91,8 +94,10 @@ def cuda_archs() -> list[str]:
 def gencode_flags(archs: list[str]) -> list[str]:
     flags = []
     for arch in archs:
-        code = arch.replace(".", "")
+        code = arch.removesuffix("+PTX").replace(".", "")
         flags.append(f"-gencode=arch=compute_{code},code=sm_{code}")
+        if arch.endswith("+PTX"):
+            flags.append(f"-gencode=arch=compute_{code},code=compute_{code}")
     return flags
 
 
