@@ -1,0 +1,252 @@
+"""The decode stream: FP4 linears as a model decodes through them, against cuBLAS bf16/fp16.
+
+    python -m benchmarks.decode_stream                        # every shape and row count, H100-sized
+    python -m benchmarks.decode_stream --rows 1 4 16 64 --shapes 4096,4096 14336,4096
+    python -m benchmarks.decode_stream --llama-only           # the Llama-3.1-8B stack, tokens/s
+
+How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
+at least 4x the L2, called back to back in one CUDA graph with no flush between layers; the time
+per layer is a graph replay's median over the layer count. Implementations, each on the same x:
+- `bf16`: F.linear with the weight in x's dtype (cuBLAS), the layer a serving engine would
+  otherwise run;
+- `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count;
+- `dequant`: dequantize the FP4 weight, then F.linear (the floor FP4 must never be slower than).
+At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
+scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gate, up, down) for
+4 layers, timed the same way; tokens/s is rows / (time of the stack x 8), i.e. the linears of the
+32-layer model and nothing else (no attention, norms or sampling).
+
+Writes decode_<tag>.json (after every shape), decode_<tag>.md and decode_<tag>.png under --out.
+On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+import fp4ops
+from fp4ops.nn import FP4Linear
+from fp4ops.timing import timed_calls
+
+from .suite.harness import Timer, banner, banner_line, measure_ceilings
+
+SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (28672, 8192), (8192, 28672), (1024, 8192)]
+ROWS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096]
+# Llama-3.1-8B: hidden 4096, 32 heads of 128 with 8 KV heads, MLP 14336 (out, in).
+LLAMA_8B_LINEARS = [("q", 4096, 4096), ("k", 1024, 4096), ("v", 1024, 4096), ("o", 4096, 4096),
+                    ("gate", 14336, 4096), ("up", 14336, 4096), ("down", 4096, 14336)]
+LLAMA_8B_LAYERS = 32
+LLAMA_STACK_LAYERS = 4
+# (rows at most, speed-up over bf16 at least): the linear targets of docs/performance.md.
+SPEEDUP_TARGETS = [(16, 3.4), (32, 2.5), (64, 1.6)]
+REPLAYS = 20
+
+
+def fp4_weight_bytes(n: int, k: int, fmt: str) -> int:
+    return n * k // 2 + n * k // (16 if fmt == "nvfp4" else 32)
+
+
+def layer_count(n: int, k: int, fmt: str, l2_bytes: int, minimum: int = 2) -> int:
+    """Distinct layers whose FP4 weights add up to at least 4x the L2."""
+    return max(minimum, math.ceil(4 * l2_bytes / fp4_weight_bytes(n, k, fmt)))
+
+
+def make_layers(shapes: list[tuple[int, int]], copies: int, fmt: str, dtype: torch.dtype, device) -> tuple[list, list]:
+    """`copies` FP4Linear layers per shape, and the same weights in `dtype` for cuBLAS."""
+    fp4_layers, dense_weights = [], []
+    for _ in range(copies):
+        for n, k in shapes:
+            linear = torch.nn.Linear(k, n, bias=False, device=device, dtype=dtype)
+            fp4_layers.append(FP4Linear.from_linear(linear, fmt))
+            dense_weights.append(linear.weight.detach())
+    return fp4_layers, dense_weights
+
+
+def implementations(fp4_layers: list, dense_weights: list) -> dict:
+    """name -> a callable running x through every layer in turn (each layer's own input: a decode
+    step's linears do not feed each other's shapes)."""
+    def run_fp4(x):
+        return [layer(x) for layer in fp4_layers]
+
+    def run_dense(x):
+        return [F.linear(x, w) for w in dense_weights]
+
+    def run_dequant(x):
+        return [F.linear(x, layer.quantized_weight().dequantize(x.dtype)) for layer in fp4_layers]
+
+    return {"bf16": run_dense, "fp4": run_fp4, "dequant": run_dequant}
+
+
+def time_stream(fn, x: torch.Tensor, timer: Timer) -> float:
+    """Microseconds for one pass of fn(x): a CUDA graph's replay (median of REPLAYS), or the host
+    clock's median on the CPU."""
+    with torch.no_grad():
+        if not timer.cuda:
+            return statistics.median(timed_calls(lambda: fn(x), timer.device, 5)[0])
+        stream = torch.cuda.Stream(timer.device)
+        stream.wait_stream(torch.cuda.current_stream(timer.device))
+        with torch.cuda.stream(stream):
+            fn(x)  # warm-up on a side stream (lazy loading, cuBLAS handles), as graph capture asks
+        torch.cuda.current_stream(timer.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn(x)
+        graph.replay()
+        torch.cuda.synchronize(timer.device)
+        return statistics.median(timed_calls(graph.replay, timer.device, REPLAYS)[0])
+
+
+def target_for(rows: int) -> float | None:
+    return next((goal for limit, goal in SPEEDUP_TARGETS if rows <= limit), None)
+
+
+def measure_shape(shape, fmt, dtype, rows_list, timer, ceilings, l2_bytes) -> list[dict]:
+    n, k = shape
+    copies = layer_count(n, k, fmt, l2_bytes) if timer.cuda else 2
+    fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device)
+    impls = implementations(fp4_layers, dense)
+    rows_out = []
+    for rows in rows_list:
+        x = torch.randn(rows, k, device=timer.device, dtype=dtype)
+        us = {name: time_stream(fn, x, timer) / copies for name, fn in impls.items()}
+        row = {"n": n, "k": k, "format": fmt, "dtype": str(dtype).removeprefix("torch."), "rows": rows, "layers": copies,
+               **{f"{name}_us": value for name, value in us.items()},
+               "speedup_vs_bf16": us["bf16"] / us["fp4"], "speedup_vs_dequant": us["dequant"] / us["fp4"],
+               "target": target_for(rows)}
+        if rows == 1:
+            moved = fp4_weight_bytes(n, k, fmt) + (k + n) * x.element_size()
+            row["pct_of_copy"] = 100 * moved / us["fp4"] / 1e3 / ceilings["copy"]
+        rows_out.append(row)
+        print(f"  {n:>6} x {k:<6} {fmt} {row['dtype']:<8} rows {rows:>5}: fp4 {us['fp4']:8.2f} us, bf16 {us['bf16']:8.2f} us, "
+              f"dequant {us['dequant']:8.2f} us -> {row['speedup_vs_bf16']:.2f}x"
+              + (f", {row['pct_of_copy']:.1f}% of copy" if "pct_of_copy" in row else ""), flush=True)
+    del fp4_layers, dense, impls
+    return rows_out
+
+
+def measure_llama(fmt, dtype, rows_list, timer) -> list[dict]:
+    shapes = [(n, k) for _, n, k in LLAMA_8B_LINEARS]
+    stack = LLAMA_STACK_LAYERS if timer.cuda else 1
+    fp4_layers, dense = make_layers(shapes, stack, fmt, dtype, timer.device)
+    out = []
+    for rows in rows_list:
+        # Each linear takes an x of its input width; the stack runs them in model order.
+        xs = {k: torch.randn(rows, k, device=timer.device, dtype=dtype) for k in {k for _, k in shapes}}
+        steps = {"bf16": lambda _: [F.linear(xs[w.shape[1]], w) for w in dense],
+                 "fp4": lambda _: [layer(xs[layer.in_features]) for layer in fp4_layers]}
+        us = {name: time_stream(step, None, timer) * LLAMA_8B_LAYERS / stack for name, step in steps.items()}
+        out.append({"format": fmt, "dtype": str(dtype).removeprefix("torch."), "rows": rows,
+                    "bf16_step_us": us["bf16"], "fp4_step_us": us["fp4"],
+                    "bf16_tokens_per_s": rows / us["bf16"] * 1e6, "fp4_tokens_per_s": rows / us["fp4"] * 1e6})
+        print(f"  Llama-3.1-8B linears, {fmt} {out[-1]['dtype']}, batch {rows:>3}: fp4 {out[-1]['fp4_tokens_per_s']:9.0f} "
+              f"tokens/s, bf16 {out[-1]['bf16_tokens_per_s']:9.0f} tokens/s", flush=True)
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Decode stream: {result['banner_line']}", "",
+             "Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).", "",
+             "| N x K | format | x | rows | FP4Linear us | bf16 us | dequant + linear us | vs bf16 | target | vs dequant | % of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        target = f">= {r['target']}x {'met' if r['speedup_vs_bf16'] >= r['target'] else 'NOT met'}" if r["target"] else "-"
+        pct = f"{r['pct_of_copy']:.1f}" if "pct_of_copy" in r else "-"
+        lines.append(f"| {r['n']} x {r['k']} | {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_us']:.2f} | {r['bf16_us']:.2f} | "
+                     f"{r['dequant_us']:.2f} | {r['speedup_vs_bf16']:.2f}x | {target} | {r['speedup_vs_dequant']:.2f}x | {pct} |")
+    if result["llama"]:
+        lines += ["", "Llama-3.1-8B, the linears of all 32 layers per decode step (nothing else):", "",
+                  "| format | x | batch | FP4Linear tokens/s | bf16 tokens/s | ratio |", "|---|---|---|---|---|---|"]
+        for r in result["llama"]:
+            lines.append(f"| {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {r['bf16_tokens_per_s']:.0f} | "
+                         f"{r['fp4_tokens_per_s'] / r['bf16_tokens_per_s']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    series: dict[tuple, list] = {}
+    for r in result["rows"]:
+        series.setdefault((r["n"], r["k"], r["format"], r["dtype"]), []).append((r["rows"], r["speedup_vs_bf16"]))
+    for (n, k, fmt, dtype), points in series.items():
+        left.plot(*zip(*points), marker="o", label=f"{n}x{k} {fmt} {dtype}")
+    for limit, goal in SPEEDUP_TARGETS:
+        left.hlines(goal, 1, limit, colors="gray", linestyles="dashed")
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set(xscale="log", xlabel="rows (tokens in the batch)", ylabel="speed-up over cuBLAS bf16", title="FP4Linear per layer")
+    left.legend(fontsize=6)
+    for fmt in sorted({r["format"] for r in result["llama"]}):
+        points = [(r["rows"], r["fp4_tokens_per_s"], r["bf16_tokens_per_s"]) for r in result["llama"] if r["format"] == fmt]
+        right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"FP4Linear {fmt}")
+    if result["llama"]:
+        points = [(r["rows"], r["bf16_tokens_per_s"]) for r in result["llama"] if r["format"] == result["llama"][0]["format"]]
+        right.plot(*zip(*points), marker="s", color="black", label="nn.Linear bf16")
+    right.set(xscale="log", yscale="log", xlabel="batch", ylabel="tokens/s (linears only)", title="Llama-3.1-8B decode step")
+    if result["llama"]:
+        right.legend(fontsize=7)
+    fig.suptitle(result["banner_line"], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.decode_stream", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="+", metavar="N,K", default=None, help="weight shapes (default: the Llama 8B/70B set)")
+    p.add_argument("--rows", type=int, nargs="+", default=None, help="rows of x (default 1 .. 4096)")
+    p.add_argument("--formats", nargs="+", choices=["nvfp4", "mxfp4"], default=["nvfp4", "mxfp4"])
+    p.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16"])
+    p.add_argument("--llama-rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--llama-only", action="store_true", help="only the Llama-3.1-8B stack")
+    p.add_argument("--no-llama", action="store_true", help="skip the Llama-3.1-8B stack")
+    p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+    args = p.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = device.type == "cuda"
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes else (SHAPES if cuda else [(256, 512)])
+    rows_list = args.rows or (ROWS if cuda else [1, 3])
+    timer = Timer(device)
+    info = banner(device)
+    ceilings = measure_ceilings(timer)
+    tag = args.tag or (info["gpu"].split()[1].lower() if cuda and len(info["gpu"].split()) > 1 else device.type)
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"banner": info, "ceilings": ceilings, "banner_line": banner_line(info, ceilings), "rows": [], "llama": []}
+    print(result["banner_line"], flush=True)
+    l2_bytes = info.get("l2_mb", 50) << 20
+    json_path = out_dir / f"decode_{tag}.json"
+    with torch.no_grad():
+        if not args.llama_only:
+            for fmt in args.formats:
+                for dtype in (getattr(torch, d) for d in args.dtypes):
+                    for shape in shapes:
+                        result["rows"] += measure_shape(shape, fmt, dtype, rows_list, timer, ceilings, l2_bytes)
+                        json_path.write_text(json.dumps(result, indent=1))
+                        if cuda:
+                            torch.cuda.empty_cache()
+        if not args.no_llama:
+            for fmt in args.formats:
+                result["llama"] += measure_llama(fmt, getattr(torch, args.dtypes[0]), args.llama_rows if cuda else [1, 2], timer)
+    json_path.write_text(json.dumps(result, indent=1))
+    (out_dir / f"decode_{tag}.md").write_text(markdown(result))
+    plot(result, out_dir / f"decode_{tag}.png")
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

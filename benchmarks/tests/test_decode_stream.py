@@ -1,0 +1,39 @@
+"""The decode-stream benchmark's bookkeeping, and one small run on the CPU (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import decode_stream
+
+
+def test_layer_count_covers_four_times_the_l2():
+    l2 = 50 << 20
+    for n, k in decode_stream.SHAPES:
+        for fmt in ("nvfp4", "mxfp4"):
+            count = decode_stream.layer_count(n, k, fmt, l2)
+            assert count * decode_stream.fp4_weight_bytes(n, k, fmt) >= 4 * l2
+            assert count == 2 or (count - 1) * decode_stream.fp4_weight_bytes(n, k, fmt) < 4 * l2
+
+
+def test_targets_by_row_count():
+    assert [decode_stream.target_for(m) for m in (1, 16, 17, 32, 64, 65)] == [3.4, 3.4, 2.5, 2.5, 1.6, None]
+
+
+def test_cpu_run_writes_every_row(tmp_path):
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1", "2",
+                                 "--formats", "nvfp4", "mxfp4", "--no-llama", "--tag", "test"])
+    saved = json.loads((tmp_path / "decode_test.json").read_text())
+    assert saved["rows"] == result["rows"] and len(saved["rows"]) == 4
+    for row in saved["rows"]:
+        assert row["fp4_us"] > 0 and row["bf16_us"] > 0 and row["dequant_us"] > 0
+        assert ("pct_of_copy" in row) == (row["rows"] == 1)
+    text = (tmp_path / "decode_test.md").read_text()
+    assert text.count("| 64 x 128 |") == 4 and ">= 3.4x" in text
+    assert (tmp_path / "decode_test.png").stat().st_size > 0
+
+
+def test_markdown_lists_the_llama_rows():
+    result = {"banner_line": "GPU", "rows": [], "llama": [
+        {"format": "nvfp4", "dtype": "bfloat16", "rows": 8, "fp4_tokens_per_s": 3000.0, "bf16_tokens_per_s": 1000.0}]}
+    assert "| nvfp4 | bfloat16 | 8 | 3000 | 1000 | 3.00x |" in decode_stream.markdown(result)
