@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cases import DECODE_MAX_NUMEL, GEMV_2POW28_SHAPE, GEMV_SEED_SHAPES
+from .cases import DECODE_MAX_NUMEL
 
 TARGET_SIZES = (1 << 26, 1 << 28)
 
@@ -24,7 +24,7 @@ class Target:
 def _rows(result: dict, *, op=None, impl="fp4ops", family=None, sizes=TARGET_SIZES, dtypes=None) -> list[dict]:
     out = []
     for r in result["rows"]:
-        if "us" not in r or r["impl"] != impl or (op and r["op"] != op) or (family and r["family"] != family):
+        if "us" not in r or (impl and r["impl"] != impl) or (op and r["op"] != op) or (family and r["family"] != family):
             continue
         if sizes and r["family"] != "gemv" and r["numel"] not in sizes:
             continue
@@ -74,6 +74,26 @@ def _index(rows: list[dict]) -> dict:
     return {(r["dtype"], r["numel"], tuple(r["shape"])): r for r in rows}
 
 
+def _gemv_against_read(result: dict) -> Target:
+    """One cold GEMV call's bandwidth against the same run's cold read of a GEMV's bytes (the
+    faster of the two read kernels, per shape; bandwidths, so formats that move fewer bytes compare
+    fairly): a cold single call cannot reach the copy ceiling, which is measured over 512 MB. The
+    goal is >= 95% of the read's."""
+    name, goal = "GEMV one cold call, % of a same-run read of its bytes", 95.0
+    reads: dict[tuple, float] = {}
+    for r in _rows(result, family="gemv", impl=None):
+        if r["impl"].startswith("read of the same bytes"):
+            key = tuple(r["shape"])
+            reads[key] = max(reads.get(key, r["pct"]), r["pct"])
+    pairs = [(100 * r["pct"] / reads[tuple(r["shape"])], r) for r in _rows(result, family="gemv")
+             if tuple(r["shape"]) in reads]
+    if not pairs:
+        return Target(name, f">= {goal:g}%", "not measured", "", None)
+    share, worst = min(pairs, key=lambda p: p[0])
+    return _with_cold_graph(Target(name, f">= {goal:g}%", f"{share:.1f}% ({worst['pct']:.1f}% of copy)", _where(worst),
+                                   share >= goal, worst))
+
+
 def evaluate(result: dict) -> list[Target]:
     t = [
         _min_pct("amax, % of read", 95, _rows(result, op="amax")),
@@ -91,11 +111,7 @@ def evaluate(result: dict) -> list[Target]:
     t.append(Target("NVFP4 quantize, own amax: time / (amax + quantize)", "<= 1.05",
                     f"{worst[0]:.3f}" if worst else "not measured", worst[1] if worst else "",
                     worst[0] <= 1.05 if worst else None))
-    gemv = _rows(result, family="gemv")
-    t.append(_with_cold_graph(_min_pct("GEMV, seed shapes, % of copy", 85,
-                                       [r for r in gemv if tuple(r["shape"]) in GEMV_SEED_SHAPES])))
-    t.append(_with_cold_graph(_min_pct("GEMV, 2^28 weights, % of copy", 90,
-                                       [r for r in gemv if tuple(r["shape"]) == GEMV_2POW28_SHAPE])))
+    t.append(_gemv_against_read(result))
     # Decode: 1 x 4096 NVFP4 quantize with its own amax, one launch, <= 5 us of device time.
     decode = [r for r in _rows(result, op="nvfp4 quantize (own amax)", sizes=None) if tuple(r["shape"]) == (1, 4096)]
     if decode:
