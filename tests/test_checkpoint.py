@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import fp4ops
+from fp4ops._fused_groups import fused_groups, is_router
 from fp4ops.checkpoint import load_quantized, quantize_checkpoint
 
 
@@ -91,3 +93,86 @@ def test_command_line_prints_the_table_and_writes_the_histogram(tmp_path):
     assert "SQNR dB" in run.stdout and "2 tensors quantized" in run.stdout
     assert (tmp_path / "out.safetensors.sqnr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "quantizing to mxfp4" in run.stderr  # the progress bar
+
+
+def fused_checkpoint(path) -> dict:
+    """One attention block, a dense MLP and a two-expert MoE, with members of each fused group
+    on very different scales (the case a per-member global scale gets wrong once fused)."""
+    tensors = {
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64, dtype=torch.bfloat16) * 4,
+        "model.layers.0.self_attn.k_proj.weight": torch.randn(32, 64, dtype=torch.bfloat16),
+        "model.layers.0.self_attn.v_proj.weight": torch.randn(32, 64, dtype=torch.bfloat16) / 64,
+        "model.layers.0.mlp.gate_proj.weight": torch.randn(128, 64, dtype=torch.bfloat16),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(128, 64, dtype=torch.bfloat16) * 8,
+        "model.layers.0.mlp.down_proj.weight": torch.randn(64, 128, dtype=torch.bfloat16),
+        "model.layers.1.block_sparse_moe.gate.weight": torch.randn(2, 64, dtype=torch.bfloat16),
+        "model.layers.1.block_sparse_moe.experts.0.w1.weight": torch.randn(96, 64, dtype=torch.bfloat16),
+        "model.layers.1.block_sparse_moe.experts.0.w3.weight": torch.randn(96, 64, dtype=torch.bfloat16) * 3,
+        "model.layers.1.block_sparse_moe.experts.0.w2.weight": torch.randn(64, 96, dtype=torch.bfloat16),
+        "model.layers.1.block_sparse_moe.experts.1.w1.weight": torch.randn(96, 64, dtype=torch.bfloat16) / 5,
+        "model.layers.1.block_sparse_moe.experts.1.w3.weight": torch.randn(96, 64, dtype=torch.bfloat16),
+    }
+    save_file(tensors, str(path))
+    return tensors
+
+
+GROUPS = [["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+           "model.layers.0.self_attn.v_proj.weight"],
+          ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"],
+          ["model.layers.1.block_sparse_moe.experts.0.w1.weight", "model.layers.1.block_sparse_moe.experts.0.w3.weight"],
+          ["model.layers.1.block_sparse_moe.experts.1.w1.weight", "model.layers.1.block_sparse_moe.experts.1.w3.weight"]]
+
+
+def test_fused_groups_share_one_global_scale_from_their_joint_amax(tmp_path):
+    src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    original = fused_checkpoint(src)
+    quantize_checkpoint(str(src), str(dst), "nvfp4", device="cpu", progress=False)
+    loaded = load_quantized(str(dst))
+    for group in GROUPS:
+        joint = max(fp4ops.amax(original[name]) for name in group)
+        g = torch.where(joint == 0, torch.ones(()), joint / torch.tensor(2688.0))
+        for name in group:
+            q = loaded[name]
+            assert torch.equal(q.global_scale.view(torch.int32), g.view(torch.int32)), name
+            again = fp4ops.quantize_nvfp4(original[name], g)
+            assert torch.equal(q.data, again.data) and torch.equal(q.scales.view(torch.uint8), again.scales.view(torch.uint8))
+    alone = "model.layers.0.mlp.down_proj.weight"  # in no group: its own amax
+    assert torch.equal(loaded[alone].global_scale, fp4ops.quantize_nvfp4(original[alone]).global_scale)
+    # The one-expert-per-group rule: the two experts' pairs have different scales.
+    assert not torch.equal(loaded[GROUPS[2][0]].global_scale, loaded[GROUPS[3][0]].global_scale)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_a_skip_pattern_never_splits_a_fused_group_and_routers_stay_dense(tmp_path, fmt):
+    src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    original = fused_checkpoint(src)
+    notes = []
+    reports = quantize_checkpoint(str(src), str(dst), fmt, skip=("k_proj",), device="cpu", progress=False,
+                                  log=notes.append)
+    quantized = {r.name for r in reports}
+    router = "model.layers.1.block_sparse_moe.gate.weight"
+    assert not quantized & set(GROUPS[0]) and router not in quantized
+    assert quantized == set(original) - set(GROUPS[0]) - {router}
+    assert len(notes) == 1 and "k_proj.weight stays dense (--skip 'k_proj')" in notes[0] and "q_proj" in notes[0]
+    with safe_open(str(dst), framework="pt") as f:
+        dense = json.loads(f.metadata()["fp4ops_dense_linears"])
+        for name in (*GROUPS[0], router):
+            assert torch.equal(f.get_tensor(name), original[name])
+    assert dense == {GROUPS[0][1]: "--skip 'k_proj'", router: "MoE router",
+                     GROUPS[0][0]: f"fused with {GROUPS[0][1]} (--skip 'k_proj')",
+                     GROUPS[0][2]: f"fused with {GROUPS[0][1]} (--skip 'k_proj')"}
+
+
+def test_fused_groups_are_read_off_the_module_names():
+    names = ["a.self_attn.q_proj.weight", "a.self_attn.k_proj.weight", "a.self_attn.v_proj.weight",
+             "b.attention.self.query.weight", "b.attention.self.key.weight", "b.attention.self.value.weight",
+             "c.mlp.gate_proj.weight", "c.mlp.up_proj.weight", "d.mlp.up_proj.weight",  # d: up alone
+             "e.experts.0.w1.weight", "e.experts.0.w3.weight", "e.experts.1.w1.weight", "e.experts.1.w3.weight"]
+    groups = fused_groups(names)
+    by_key = {}
+    for name, key in groups.items():
+        by_key.setdefault(key, set()).add(name)
+    assert sorted(map(sorted, by_key.values())) == sorted(map(sorted, [names[0:3], names[3:6], names[6:8], names[9:11], names[11:13]]))
+    assert "d.mlp.up_proj.weight" not in groups
+    assert is_router("m.layers.1.mlp.gate.weight") and is_router("m.moe.router.weight")
+    assert not is_router("m.layers.1.mlp.gate_proj.weight")
