@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -176,3 +178,94 @@ def test_fused_groups_are_read_off_the_module_names():
     assert "d.mlp.up_proj.weight" not in groups
     assert is_router("m.layers.1.mlp.gate.weight") and is_router("m.moe.router.weight")
     assert not is_router("m.layers.1.mlp.gate_proj.weight")
+
+
+def sharded_model_dir(path) -> dict:
+    """A model directory as transformers saves one: config, tokenizer, two shards with an index;
+    the q/k/v group straddles the shards."""
+    path.mkdir()
+    tensors = fused_checkpoint(path / "all.safetensors")
+    (path / "all.safetensors").unlink()
+    names = sorted(tensors)
+    first = {n: tensors[n] for n in names if "self_attn.q_proj" in n or "self_attn.k_proj" in n or "layers.1" in n}
+    second = {n: tensors[n] for n in names if n not in first}
+    for shard, part in (("model-00001-of-00002.safetensors", first), ("model-00002-of-00002.safetensors", second)):
+        save_file(part, str(path / shard), metadata={"format": "pt"})
+    index = {"metadata": {"total_size": 0}, "weight_map": {n: ("model-00001-of-00002.safetensors" if n in first
+                                                              else "model-00002-of-00002.safetensors") for n in names}}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 64}))
+    (path / "tokenizer.json").write_text('{"version": "1.0"}')
+    return tensors
+
+
+def test_a_sharded_model_directory_becomes_a_sharded_quantized_directory(tmp_path):
+    src, dst = tmp_path / "model", tmp_path / "model-nvfp4"
+    original = sharded_model_dir(src)
+    old_mask = os.umask(0o022)
+    try:
+        reports = quantize_checkpoint(str(src), str(dst), "nvfp4", device="cpu", progress=False)
+    finally:
+        os.umask(old_mask)
+    assert sorted(os.listdir(dst)) == sorted(os.listdir(src))
+    for name in ("config.json", "tokenizer.json"):
+        assert (dst / name).read_bytes() == (src / name).read_bytes()
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert shards == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert index["metadata"]["total_size"] == sum((dst / s).stat().st_size for s in shards)
+    held = {}
+    for shard in shards:
+        with safe_open(str(dst / shard), framework="pt") as f:
+            held.update({name: shard for name in f.keys()})
+    assert held == index["weight_map"]  # every tensor, scales included, where the index says
+    assert {r.name for r in reports} == set(original) - {"model.layers.1.block_sparse_moe.gate.weight"}
+    # The q/k/v group straddles the shards and still shares one global scale.
+    merged = {}
+    for shard in shards:
+        merged.update(load_quantized(str(dst / shard)))
+    scales = {merged[name].global_scale.item() for name in GROUPS[0]}
+    assert len(scales) == 1
+    assert stat.S_IMODE((dst / shards[0]).stat().st_mode) == 0o644 and stat.S_IMODE(dst.stat().st_mode) == 0o755
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".fp4ops-")]  # no temporary folder left
+
+
+def test_a_failure_leaves_no_half_written_output(tmp_path):
+    src, dst = tmp_path / "model", tmp_path / "out"
+    sharded_model_dir(src)
+    save_file({"x.weight": torch.randn(4, 32), "x.weight_scale": torch.ones(())}, str(src / "model-00002-of-00002.safetensors"))
+    with pytest.raises(ValueError, match="already has a 'x.weight_scale'"):
+        quantize_checkpoint(str(src), str(dst), device="cpu", progress=False)
+    assert not dst.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".fp4ops-")]
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "fp4ops", "quantize", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("case", ["missing src", "dst not empty", "dst folder missing", "cuda without a GPU"])
+def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
+    src = tmp_path / "model"
+    sharded_model_dir(src)
+    dst = tmp_path / "out"
+    args = [src, dst, "--device", "cpu"]
+    if case == "missing src":
+        args[0], expected = tmp_path / "nothing", "src: no such file or directory"
+    elif case == "dst not empty":
+        dst.mkdir()
+        (dst / "keep.txt").write_text("mine")
+        expected = "exists and is not empty; pass --force"
+    elif case == "dst folder missing":
+        args[1], expected = tmp_path / "no" / "such" / "out", "does not exist"
+    else:
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+        args[3], expected = "cuda", "no CUDA GPU is available"
+    run = run_cli(*args)
+    assert run.returncode == 2 and expected in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert "quantizing" not in run.stderr  # no work started
+    if case == "dst not empty":
+        assert os.listdir(dst) == ["keep.txt"]
+        assert run_cli(src, dst, "--device", "cpu", "--force").returncode == 0
+        assert "config.json" in os.listdir(dst) and "keep.txt" not in os.listdir(dst)

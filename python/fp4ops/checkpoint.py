@@ -1,16 +1,19 @@
-"""Checkpoint quantizer: `python -m fp4ops quantize IN.safetensors OUT.safetensors --format nvfp4`.
+"""Checkpoint quantizer: `python -m fp4ops quantize SRC DST --format nvfp4|mxfp4`.
 
-Every 2-D floating-point `*.weight` whose input dimension is a multiple of the block and whose
-name matches no skip pattern (embeddings, norms, the LM head by default; MoE routers always) is
-quantized and written
-in the ModelOpt layout: `<prefix>.weight` packed E2M1 (uint8 [out, in/2]), `<prefix>.weight_scale`
-(E4M3 per 16 / E8M0 per 32 inputs) and, for NVFP4, `<prefix>.weight_scale_2` (fp32 decode global
-scale, `w ~= e2m1 * weight_scale * weight_scale_2`). Everything else is copied unchanged. The
-weights a serving engine fuses into one layer (q/k/v, gate/up, each expert's w1/w3:
-_fused_groups.py) are quantized or left dense together, and with NVFP4 share one global scale,
-from the group's joint amax. The file's metadata names the format and every 2-D weight left
-dense, with the reason. Tensors are read one at a time; only the output is held in
-memory (at most the size of the input). `load_quantized` reads such a file back.
+SRC is a Hugging Face model directory (config, tokenizer, one or many `*.safetensors` shards with
+`model.safetensors.index.json`) or a single `.safetensors` file; DST is a directory holding the
+same files with the shards quantized (or, for a file SRC, a `.safetensors` file). Every 2-D
+floating-point `*.weight` whose input dimension is a multiple of the block and whose name matches
+no skip pattern (embeddings, norms, the LM head by default; MoE routers always) is quantized and
+written in the ModelOpt layout: `<prefix>.weight` packed E2M1 (uint8 [out, in/2]),
+`<prefix>.weight_scale` (E4M3 per 16 / E8M0 per 32 inputs) and, for NVFP4,
+`<prefix>.weight_scale_2` (fp32 decode global scale, `w ~= e2m1 * weight_scale * weight_scale_2`).
+Everything else is copied unchanged. The weights a serving engine fuses into one layer (q/k/v,
+gate/up, each expert's w1/w3: _fused_groups.py) are quantized or left dense together, and with
+NVFP4 share one global scale, from the group's joint amax, across shards. Each shard's metadata
+names the format and every 2-D weight left dense, with the reason. Tensors are read one at a
+time; the output goes to a temporary sibling of DST and is renamed into place at the end, with
+the modes the umask gives. `load_quantized` reads a quantized file back.
 """
 
 from __future__ import annotations
@@ -86,31 +89,133 @@ def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, s
     return decision
 
 
+INDEX_NAME = "model.safetensors.index.json"
+
+
 def _refuse_to_overwrite(src: str, dst: str) -> None:
     same = os.path.abspath(src) == os.path.abspath(dst) or (os.path.exists(dst) and os.path.samefile(src, dst))
     if same:
         raise ValueError(f"out: {dst!r} is the input checkpoint; refusing to overwrite it")
 
 
+def _input_shards(src: str) -> tuple[dict[str, str], dict | None]:
+    """{shard file name: path} of a .safetensors file or a model directory, and the directory's
+    index (None without one)."""
+    if os.path.isfile(src):
+        return {os.path.basename(src): src}, None
+    index_path = os.path.join(src, INDEX_NAME)
+    if os.path.isfile(index_path):
+        with open(index_path) as f:
+            index = json.load(f)
+        return {name: os.path.join(src, name) for name in sorted(set(index["weight_map"].values()))}, index
+    files = sorted(name for name in os.listdir(src) if name.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"src: no .safetensors file in the directory {src!r}")
+    return {name: os.path.join(src, name) for name in files}, None
+
+
+def _check_arguments(src: str, dst: str, format: str, device, force: bool) -> None:
+    """Every bad invocation fails here, before any work, with one line naming the argument."""
+    if format not in BLOCKS:
+        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    if not os.path.exists(src):
+        raise ValueError(f"src: no such file or directory: {src!r}")
+    _refuse_to_overwrite(src, dst)
+    if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available")
+    parent = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(parent):
+        raise ValueError(f"dst: the folder {parent!r} does not exist")
+    if os.path.isdir(src) and os.path.isfile(dst):
+        raise ValueError(f"dst: {dst!r} is a file; a model directory is quantized into a directory")
+    if os.path.exists(dst) and not force and (os.path.isfile(dst) or os.listdir(dst)):
+        raise ValueError(f"dst: {dst!r} exists and is not empty; pass --force to replace it")
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _honour_umask(path: str) -> None:
+    """Files and folders get the modes the umask gives new ones (safetensors' temporary-file
+    rename would leave its outputs 0600)."""
+    mask = _current_umask()
+    if os.path.isdir(path):
+        os.chmod(path, 0o777 & ~mask)
+        for root, dirs, files in os.walk(path):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o777 & ~mask)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
+    else:
+        os.chmod(path, 0o666 & ~mask)
+
+
 def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, skip=DEFAULT_SKIP, scale_rule: str = "floor",
-                        device=None, progress: bool = True, log=print) -> list[TensorReport]:
-    """Quantize the linear weights of the safetensors file `src` into `dst`; returns one report
-    (name, shape, SQNR in dB against the original) per quantized tensor. `log` takes the notes on
-    fused groups kept dense as a whole."""
+                        device=None, progress: bool = True, log=print, force: bool = False) -> list[TensorReport]:
+    """Quantize the linear weights of `src` into `dst`; returns one report (name, shape, SQNR in
+    dB against the original) per quantized tensor. `log` takes the notes on fused groups kept
+    dense as a whole.
+
+    src: a .safetensors file, or a model directory (one or many shards, with or without
+    model.safetensors.index.json). dst: for a file, a .safetensors file or a directory; for a
+    directory, a directory: the shards under their input names (each quantized weight with its
+    scales in its own shard), the index rewritten, every other file copied. The output is written
+    to a temporary sibling and renamed into place at the end, so a failure leaves no half-written
+    dst; an existing dst is replaced only with force=True."""
+    import shutil
+    import tempfile
+
+    _check_arguments(src, dst, format, device, force)
+    shards, index = _input_shards(src)
+    to_directory = os.path.isdir(src) or not dst.endswith(".safetensors")
+    device = torch.device(device) if device is not None else best_device()
+    work = tempfile.mkdtemp(prefix=".fp4ops-", dir=os.path.dirname(os.path.abspath(dst)))
+    try:
+        reports, weight_map = _quantize_shards(shards, work, format, skip, scale_rule, device, progress, log)
+        if os.path.isdir(src):
+            for entry in sorted(os.listdir(src)):
+                path = os.path.join(src, entry)
+                if entry.endswith(".safetensors") or entry == INDEX_NAME:
+                    continue
+                (shutil.copytree if os.path.isdir(path) else shutil.copy2)(path, os.path.join(work, entry))
+        if index is not None:
+            total = sum(os.path.getsize(os.path.join(work, name)) for name in set(weight_map.values()))
+            new_index = {**index, "metadata": {**index.get("metadata", {}), "total_size": total}, "weight_map": weight_map}
+            with open(os.path.join(work, INDEX_NAME), "w") as f:
+                json.dump(new_index, f, indent=2, sort_keys=True)
+        if os.path.exists(dst):
+            shutil.rmtree(dst) if os.path.isdir(dst) else os.remove(dst)
+        if to_directory:
+            os.replace(work, dst)
+        else:
+            os.replace(os.path.join(work, next(iter(shards))), dst)
+            shutil.rmtree(work)
+        _honour_umask(dst)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return reports
+
+
+def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, skip, scale_rule: str, device, progress: bool,
+                     log) -> tuple[list[TensorReport], dict[str, str]]:
+    """Every shard into out_dir under its own name; returns the reports and {tensor: shard}. The
+    plan (which weights, which fused groups) is made over all shards at once: a group's members
+    may sit in different shards."""
+    from contextlib import ExitStack
+
     from safetensors import safe_open
     from safetensors.torch import save_file
     from tqdm import tqdm
 
-    if format not in BLOCKS:
-        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
-    _refuse_to_overwrite(src, dst)
-    device = torch.device(device) if device is not None else best_device()
-    out: dict[str, torch.Tensor] = {}
-    reports = []
-    with safe_open(src, framework="pt", device="cpu") as f:
-        metadata = dict(f.metadata() or {})
-        names = list(f.keys())
-        slices = {name: f.get_slice(name) for name in names}
+    reports, weight_map = [], {}
+    with ExitStack() as stack:
+        handles = {shard: stack.enter_context(safe_open(path, framework="pt", device="cpu")) for shard, path in shards.items()}
+        home = {name: shard for shard, f in handles.items() for name in f.keys()}
+        slices = {name: handles[shard].get_slice(name) for name, shard in home.items()}
         shapes = {name: tuple(piece.get_shape()) for name, piece in slices.items()}
         dtypes = {name: _SAFETENSORS_FLOATS.get(piece.get_dtype(), torch.uint8) for name, piece in slices.items()}
         decision = plan(shapes, dtypes, BLOCKS[format], skip, log=log)
@@ -121,34 +226,43 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, skip=DEFAU
             """SPEC 2.2's g from the amax of every member of a fused group (read one at a time)."""
             if key not in group_scales:
                 members = [name for name, k in groups.items() if k == key]
-                amaxes = [fp4ops_amax(f.get_tensor(name).to(device)) for name in members]
+                amaxes = [fp4ops_amax(handles[home[name]].get_tensor(name).to(device)) for name in members]
                 group_scales[key] = global_scale_from_amax(torch.stack(amaxes).amax())
             return group_scales[key]
 
-        for name in tqdm(names, desc=f"quantizing to {format}", unit="tensor", disable=not progress):
-            tensor = f.get_tensor(name)
-            if decision.get(name, "not a linear weight") is not None:
-                out[name] = tensor
-                continue
-            x = tensor.to(device)
-            if format == "nvfp4":
-                q = quantize_nvfp4(x, joint_global_scale(groups[name]) if name in groups else None)
-            else:
-                q = quantize_mxfp4(x, scale_rule=scale_rule)
-            prefix = name[: -len("weight")]
-            for suffix in SCALE_SUFFIXES:
-                if prefix + suffix in names:
-                    raise ValueError(f"src: {name!r} already has a {prefix + suffix!r}: is it quantized already?")
-            out[name] = q.data.cpu()
-            out[prefix + "weight_scale"] = q.scales.cpu()
-            if format == "nvfp4":
-                out[prefix + "weight_scale_2"] = q.global_scale.reshape(()).cpu()
-            reports.append(TensorReport(name, tuple(tensor.shape), sqnr_db(x, q.dequantize(torch.float32))))
-    dense = {name: reason for name, reason in decision.items() if reason is not None}
-    metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
-                     "fp4ops_quantized_tensors": str(len(reports)), "fp4ops_dense_linears": json.dumps(dense)})
-    save_file(out, dst, metadata=metadata)
-    return reports
+        bar = tqdm(total=len(home), desc=f"quantizing to {format}", unit="tensor", disable=not progress)
+        for shard, f in handles.items():
+            names = list(f.keys())
+            out: dict[str, torch.Tensor] = {}
+            for name in names:
+                bar.update(1)
+                tensor = f.get_tensor(name)
+                if decision.get(name, "not a linear weight") is not None:
+                    out[name] = tensor
+                    continue
+                x = tensor.to(device)
+                if format == "nvfp4":
+                    q = quantize_nvfp4(x, joint_global_scale(groups[name]) if name in groups else None)
+                else:
+                    q = quantize_mxfp4(x, scale_rule=scale_rule)
+                prefix = name[: -len("weight")]
+                for suffix in SCALE_SUFFIXES:
+                    if prefix + suffix in home:
+                        raise ValueError(f"src: {name!r} already has a {prefix + suffix!r}: is it quantized already?")
+                out[name] = q.data.cpu()
+                out[prefix + "weight_scale"] = q.scales.cpu()
+                if format == "nvfp4":
+                    out[prefix + "weight_scale_2"] = q.global_scale.reshape(()).cpu()
+                reports.append(TensorReport(name, tuple(tensor.shape), sqnr_db(x, q.dequantize(torch.float32))))
+            metadata = dict(f.metadata() or {})
+            dense = {name: reason for name, reason in decision.items() if reason is not None}
+            metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
+                             "fp4ops_quantized_tensors": str(len(reports)), "fp4ops_dense_linears": json.dumps(dense)})
+            save_file(out, os.path.join(out_dir, shard), metadata=metadata)
+            weight_map.update({name: shard for name in out})
+            del out
+        bar.close()
+    return reports, weight_map
 
 
 def load_quantized(path: str, device="cpu") -> dict:
@@ -199,17 +313,24 @@ def print_report(reports: list[TensorReport], plot_path: str | None) -> None:
 
 
 def main(argv=None) -> None:
+    import sys
+
     parser = argparse.ArgumentParser(prog="python -m fp4ops quantize", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("src", help="input .safetensors")
-    parser.add_argument("dst", help="output .safetensors (never the input)")
+    parser.add_argument("src", help="input: a .safetensors file or a model directory (shards, index, config, ...)")
+    parser.add_argument("dst", help="output: a directory (a .safetensors file for a file input); never the input")
     parser.add_argument("--format", choices=sorted(BLOCKS), default="nvfp4")
     parser.add_argument("--scale-rule", choices=list(SCALE_RULES), default="floor", help="MXFP4 only")
     parser.add_argument("--skip", nargs="*", default=list(DEFAULT_SKIP),
-                        help="name substrings to leave unquantized (default: %(default)s)")
+                        help="name substrings to leave unquantized (default: %(default)s); never splits a fused group")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the best one present)")
+    parser.add_argument("--force", action="store_true", help="replace an existing, non-empty dst")
     parser.add_argument("--plot", default=None, help="PNG histogram of the SQNRs (default: DST + '.sqnr.png')")
     args = parser.parse_args(argv)
-    reports = quantize_checkpoint(args.src, args.dst, args.format, skip=tuple(args.skip), scale_rule=args.scale_rule,
-                                  device=args.device)
-    print_report(reports, args.plot if args.plot is not None else args.dst + ".sqnr.png")
+    try:
+        reports = quantize_checkpoint(args.src, args.dst, args.format, skip=tuple(args.skip), scale_rule=args.scale_rule,
+                                      device=args.device, force=args.force)
+    except ValueError as error:  # a bad invocation or input: one line, no traceback
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print_report(reports, args.plot if args.plot is not None else args.dst.rstrip(os.sep) + ".sqnr.png")
