@@ -230,10 +230,12 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, skip, sc
                 group_scales[key] = global_scale_from_amax(torch.stack(amaxes).amax())
             return group_scales[key]
 
+        dense = json.dumps({name: reason for name, reason in decision.items() if reason is not None})
         bar = tqdm(total=len(home), desc=f"quantizing to {format}", unit="tensor", disable=not progress)
         for shard, f in handles.items():
             names = list(f.keys())
             out: dict[str, torch.Tensor] = {}
+            quantized_before = len(reports)
             for name in names:
                 bar.update(1)
                 tensor = f.get_tensor(name)
@@ -255,9 +257,9 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, skip, sc
                     out[prefix + "weight_scale_2"] = q.global_scale.reshape(()).cpu()
                 reports.append(TensorReport(name, tuple(tensor.shape), sqnr_db(x, q.dequantize(torch.float32))))
             metadata = dict(f.metadata() or {})
-            dense = {name: reason for name, reason in decision.items() if reason is not None}
             metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
-                             "fp4ops_quantized_tensors": str(len(reports)), "fp4ops_dense_linears": json.dumps(dense)})
+                             "fp4ops_quantized_tensors": str(len(reports) - quantized_before),  # in this shard
+                             "fp4ops_dense_linears": dense})  # in the whole model
             save_file(out, os.path.join(out_dir, shard), metadata=metadata)
             weight_map.update({name: shard for name in out})
             del out
