@@ -205,6 +205,73 @@ inline void check_gemv_out_dtype(at::ScalarType dtype) {
               "out_dtype: expected float16, bfloat16 or float32, got ", dtype);
 }
 
+// fp4ops.linear: a 2-D FP4 operand's scales, [rows, K/block] of `dtype` in the linear layout, on
+// its data's device (the op takes no swizzled scales: the Python wrapper unswizzles them).
+inline void check_linear_scales(const at::Tensor& scales, const char* name, const at::Tensor& data,
+                                const char* data_name, at::ScalarType dtype, int64_t block) {
+  TORCH_CHECK(scales.scalar_type() == dtype, name, ": expected ", dtype, " (the format of w), got ", scales.scalar_type());
+  check_same_device(scales, name, data, data_name);
+  const std::vector<int64_t> expected{data.size(0), data.size(1) * 2 / block};
+  TORCH_CHECK(scales.sizes().vec() == expected, name, ": expected shape ", shape_str(expected), " (linear layout) for ",
+              data_name, " of shape ", shape_str(data.sizes()), ", got ", shape_str(scales.sizes()));
+}
+
+// fp4ops.linear's NVFP4 global scales: present exactly for NVFP4, one fp32 element on w's device.
+inline void check_linear_global_scale(const std::optional<at::Tensor>& global_scale, const char* name, bool nvfp4,
+                                      const at::Tensor& w_data) {
+  TORCH_CHECK(global_scale.has_value() == nvfp4, name, ": expected ", nvfp4 ? "a tensor for NVFP4" : "None for MXFP4");
+  if (!global_scale.has_value()) return;
+  TORCH_CHECK(global_scale->scalar_type() == at::kFloat, name, ": expected float32, got ", global_scale->scalar_type());
+  TORCH_CHECK(global_scale->numel() == 1, name, ": expected one element, got shape ", shape_str(global_scale->sizes()));
+  check_same_device(*global_scale, name, w_data, "w_data");
+}
+
+// y = x W^T (+ bias): W data uint8 [N, K/2] with linear scales [N, K/block] of its format (E4M3:
+// NVFP4, with w_global_scale; E8M0: MXFP4, without); x dense fp16/bf16 [M, K] (x_scales and
+// x_global_scale None) or FP4 of W's format, data [M, K/2] with x_scales [M, K/block] (and
+// x_global_scale for NVFP4); bias [N] (fp16, bf16 or fp32) or None; every tensor on w_data's device.
+// The CPU kernel and the CUDA launcher both start with this.
+inline void check_linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales,
+                         const std::optional<at::Tensor>& x_global_scale, const at::Tensor& w_data,
+                         const at::Tensor& w_scales, const std::optional<at::Tensor>& w_global_scale,
+                         const std::optional<at::Tensor>& bias, at::ScalarType out_dtype) {
+  check_packed(w_data, "w_data");
+  TORCH_CHECK(w_data.dim() == 2, "w_data: expected 2 dimensions [N, K/2], got ", int_str(w_data.dim()));
+  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(nvfp4 || w_scales.scalar_type() == at::kFloat8_e8m0fnu,
+              "w_scales: expected float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4), got ", w_scales.scalar_type());
+  const int64_t block = nvfp4 ? kNvfp4Block : kMxfp4Block;
+  const int64_t n = w_data.size(0), k = w_data.size(1) * 2;
+  TORCH_CHECK(k % block == 0, "w_data: expected the last dimension to be a multiple of ", int_str(block / 2),
+              " bytes (K a multiple of ", int_str(block), "), got ", int_str(w_data.size(1)));
+  check_linear_scales(w_scales, "w_scales", w_data, "w_data", w_scales.scalar_type(), block);
+  check_linear_global_scale(w_global_scale, "w_global_scale", nvfp4, w_data);
+
+  check_same_device(x, "x", w_data, "w_data");
+  TORCH_CHECK(x.dim() == 2, "x: expected 2 dimensions [M, K] (or [M, K/2] packed), got ", int_str(x.dim()));
+  if (!x_scales.has_value()) {
+    TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
+                "x: expected float16 or bfloat16 (or packed E2M1 uint8 with x_scales), got ", x.scalar_type());
+    TORCH_CHECK(x.size(1) == k, "x: expected K = ", int_str(k), " (from w_data), got ", int_str(x.size(1)));
+    TORCH_CHECK(!x_global_scale.has_value(), "x_global_scale: expected None for a dense x");
+  } else {
+    check_packed(x, "x");
+    TORCH_CHECK(x.size(1) == k / 2, "x: expected K/2 = ", int_str(k / 2), " (from w_data), got ", int_str(x.size(1)));
+    check_linear_scales(*x_scales, "x_scales", x, "x", w_scales.scalar_type(), block);
+    check_linear_global_scale(x_global_scale, "x_global_scale", nvfp4, w_data);
+  }
+
+  if (bias.has_value()) {
+    const auto dtype = bias->scalar_type();
+    TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat,
+                "bias: expected float16, bfloat16 or float32, got ", dtype);
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n, "bias: expected shape [", int_str(n), "] (N from w_data), got ",
+                shape_str(bias->sizes()));
+    check_same_device(*bias, "bias", w_data, "w_data");
+  }
+  check_gemv_out_dtype(out_dtype);
+}
+
 // Outputs of a quantize: data uint8 [..., K/2], scales [..., K/block] of scale_dtype.
 struct QuantizedOutputs {
   at::Tensor data;
