@@ -10,9 +10,9 @@ import fp4ops
 
 
 def exact_on_cpu(name: str) -> bool:
-    """Outputs that match the CPU kernels byte for byte; the GEMVs meet SPEC 5's bound instead
-    (CUDA and CPU sum in different orders)."""
-    return not name.startswith("gemv")
+    """Outputs that match the CPU kernels byte for byte; the GEMVs and linears meet SPEC 5's bound
+    instead (CUDA and CPU sum in different orders)."""
+    return not name.startswith(("gemv", "linear"))
 
 
 def assert_same_bits(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -56,4 +56,12 @@ def every_op(x: torch.Tensor) -> dict[str, torch.Tensor]:
     out["gemv_nvfp4_nvfp4"] = fp4ops.gemv(nv, fp4ops.quantize_nvfp4(vector), out_dtype=torch.float32)
     out["gemv_mxfp4_mxfp4"] = fp4ops.gemv(mx, fp4ops.quantize_mxfp4(vector))
     out["gemv_swizzled_a"] = fp4ops.gemv(swizzled, vector, out_dtype=torch.bfloat16)
+    # linear: the kernel family's row counts, W4A4, and (80 rows) the CUDA op's path above them,
+    # with and without batch_invariant.
+    rows = x[:80].to(torch.bfloat16)
+    bias = x[:, 0].to(torch.float16)  # [N]: one per row of nv
+    out["linear_nvfp4_bf16"] = fp4ops.linear(rows[:5], nv, bias)
+    out["linear_mxfp4_mxfp4"] = fp4ops.linear(fp4ops.quantize_mxfp4(rows[:16]), mx, out_dtype=torch.float32)
+    out["linear_nvfp4_80_rows"] = fp4ops.linear(rows.half(), nv, bias)
+    out["linear_swizzled_batch_invariant"] = fp4ops.linear(rows, swizzled, batch_invariant=True)
     return out

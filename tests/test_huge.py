@@ -2,7 +2,8 @@
 computes the whole tensor; row chunks of it are checked against the CPU kernels (bytes) or SPEC 5's
 bound (GEMV): the first chunk, one centred on element 2^31, the last one and a random one (the CPU
 kernels would take minutes over all 2^31 elements). The quantizers' 1-D case, dequantize and amax
-are in test_cuda_ops.py (test_more_than_2_pow_31_elements). Needs about 30 GiB of GPU memory."""
+are in test_cuda_ops.py (test_more_than_2_pow_31_elements); fp4ops.linear reads a weight of more
+than 2^31 bytes. Needs about 30 GiB of GPU memory."""
 
 from __future__ import annotations
 
@@ -117,3 +118,30 @@ def test_gemv_with_more_than_2_pow_31_weights(x, b_kind):
         ref = reference.gemv_float64(a_rows, b_cpu)
         bound = reference.gemv_error_bound(a_rows, b_cpu, torch.float32)
         assert ((y[rows].double() - ref).abs() <= bound).all(), f"rows {rows}"
+
+
+@pytest.mark.parametrize(("m", "batch_invariant"), [(3, False), (80, False), (80, True)])
+def test_linear_with_more_than_2_pow_31_weight_bytes(m, batch_invariant):
+    """W of N = 2^17 + 16 rows by K = 2^15: 2^31 + 2^18 bytes of codes (row 2^17 starts at byte
+    2^31), random codes and moderate E4M3 scales made on the GPU. The outputs of W rows at both
+    ends, around byte 2^31 and at random are checked against the float64 reference of those rows;
+    3 rows run the kernel family, 80 the path above it (and the kernel family in row chunks)."""
+    n, k = 2**17 + 16, 2**15
+    data = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+    scales = torch.randint(0x30, 0x48, (n, k // 16), dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    w = fp4ops.NVFP4Tensor(data, scales, torch.tensor(0.01, device="cuda"))
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda")
+    y = fp4ops.linear(x, w, bias, out_dtype=torch.float32, batch_invariant=batch_invariant)
+    assert y.shape == (m, n)
+    random_rows = torch.randint(0, n, (64,), device="cuda")
+    rows = torch.cat([torch.arange(0, 64, device="cuda"), torch.arange(2**17 - 48, 2**17 + 16, device="cuda"),
+                      random_rows]).unique()
+    w_rows = fp4ops.NVFP4Tensor(data[rows].cpu(), scales[rows].cpu(), w.global_scale.cpu())
+    x_cpu, bias_rows, y_rows = x.cpu(), bias[rows].cpu(), y[:, rows].cpu().double()
+    del data, scales, w, y
+    torch.cuda.empty_cache()
+    ref = reference.linear_float64(x_cpu, w_rows, bias_rows)
+    bound = reference.linear_error_bound(x_cpu, w_rows, bias_rows, torch.float32)
+    err = (y_rows - ref).abs()
+    assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"

@@ -54,6 +54,27 @@ def samples(device: str):
             out += [("gemv_fp4_dense", (nv[0], nv[1], nv[2], b, out_dtype)), ("gemv_fp4_dense", (mx[0], mx[1], None, b, out_dtype))]
         out += [("gemv_fp4_fp4", (nv[0], nv[1], nv[2], b_nv[0], b_nv[1], b_nv[2], torch.bfloat16)),
                 ("gemv_fp4_fp4", (mx[0], mx[1], None, b_mx[0], b_mx[1], None, torch.float32))]
+        out += linear_samples(device)
+    return out
+
+
+def linear_samples(device: str):
+    """linear: dense and FP4 x of both formats, with and without bias, every output dtype, no
+    rows, a crossover row count and batch_invariant."""
+    w_nv = ops.quantize_nvfp4(torch.randn(24, 128, device=device), None)
+    w_mx = ops.quantize_mxfp4(torch.randn(24, 128, device=device), "floor")
+    out = []
+    cases = ((3, torch.bfloat16, torch.float16, False), (0, torch.float16, torch.float32, False),
+             (65, torch.bfloat16, torch.bfloat16, True))
+    for rows, x_dtype, out_dtype, invariant in cases:
+        x = torch.randn(rows, 128, device=device, dtype=x_dtype)
+        bias = torch.randn(24, device=device, dtype=x_dtype) if rows else None
+        x_nv = ops.quantize_nvfp4(x.float(), None)
+        x_mx = ops.quantize_mxfp4(x.float(), "rceil")
+        out += [("linear", (x, None, None, *w_nv, bias, out_dtype, invariant)),
+                ("linear", (x, None, None, w_mx[0], w_mx[1], None, None, out_dtype, invariant)),
+                ("linear", (*x_nv, *w_nv, None, out_dtype, invariant)),
+                ("linear", (x_mx[0], x_mx[1], None, *w_mx, None, bias, out_dtype, invariant))]
     return out
 
 

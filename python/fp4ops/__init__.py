@@ -1,4 +1,4 @@
-"""fp4ops: exact NVFP4 / MXFP4 quantize, dequantize and casts as PyTorch operators.
+"""fp4ops: exact NVFP4 / MXFP4 quantize, dequantize, casts, GEMV and linear as PyTorch operators.
 
 Every function is a thin, checked wrapper over a torch.ops.fp4ops.* operator with CPU, CUDA and
 fake kernels; `fp4ops.reference` is the same contract (SPEC.md) in plain PyTorch.
@@ -22,6 +22,7 @@ from .ops import (  # noqa: E402
     unswizzle_scales,
 )
 from .gemv import gemv  # noqa: E402
+from .linear import linear  # noqa: E402
 from .tensor import MXFP4Tensor, NVFP4Tensor  # noqa: E402
 from . import nn  # noqa: E402
 
@@ -33,6 +34,7 @@ __all__ = [
     "cast_to_e2m1",
     "dequantize",
     "gemv",
+    "linear",
     "nn",
     "quantize_mxfp4",
     "quantize_nvfp4",

@@ -56,9 +56,9 @@ def check_scale_rule(scale_rule) -> None:
         raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
 
 
-def check_same_device(b, a) -> None:
+def check_same_device(b, a, name: str = "b", ref_name: str = "a") -> None:
     if b.device != a.device:
-        raise ValueError(f"b: expected a tensor on {a.device} (the device of a), got {b.device}")
+        raise ValueError(f"{name}: expected a tensor on {a.device} (the device of {ref_name}), got {b.device}")
 
 
 def global_scale_tensor(global_scale, x: torch.Tensor, name: str = "global_scale", x_name: str = "x"):
@@ -90,24 +90,26 @@ def decode_global_scale(q, name: str = "global_scale") -> torch.Tensor:
     return g
 
 
-def check_quantized(q) -> None:
-    """data, scales (dtype, shape for the layout, device) of an NVFP4Tensor / MXFP4Tensor."""
+def check_quantized(q, name: str = "") -> None:
+    """data, scales (dtype, shape for the layout, device) of an NVFP4Tensor / MXFP4Tensor; with a
+    name (the argument's), the messages say `name.data`, `name.scales`."""
     block, scale_dtype = q.block, q.scale_dtype
-    check_tensor(q.data, "data")
+    data, scales = f"{name}.data" if name else "data", f"{name}.scales" if name else "scales"
+    check_tensor(q.data, data)
     if q.data.dtype != torch.uint8:
-        raise TypeError(f"data: expected uint8 (packed E2M1), got {q.data.dtype}")
+        raise TypeError(f"{data}: expected uint8 (packed E2M1), got {q.data.dtype}")
     if q.data.dim() < 1:
-        raise ValueError("data: expected at least 1 dimension, got a 0-dim tensor")
+        raise ValueError(f"{data}: expected at least 1 dimension, got a 0-dim tensor")
     if q.scales.dtype != scale_dtype:
-        raise TypeError(f"scales: expected {scale_dtype}, got {q.scales.dtype}")
+        raise TypeError(f"{scales}: expected {scale_dtype}, got {q.scales.dtype}")
     logical = unpacked_shape(q.data.shape)
-    check_last_dim_multiple(q.data, block // 2, f"K a multiple of {block}", name="data")
+    check_last_dim_multiple(q.data, block // 2, f"K a multiple of {block}", name=data)
     check_scale_layout(q.scale_layout)
     expected = scale_shape(logical, block, q.scale_layout)
     if tuple(q.scales.shape) != expected:
-        raise ValueError(f"scales: expected shape {expected} ({q.scale_layout} layout) for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
+        raise ValueError(f"{scales}: expected shape {expected} ({q.scale_layout} layout) for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
     if q.scales.device != q.data.device:
-        raise ValueError(f"scales: expected a tensor on {q.data.device} (the device of data), got {q.scales.device}")
+        raise ValueError(f"{scales}: expected a tensor on {q.data.device} (the device of {data}), got {q.scales.device}")
 
 
 def check_scale_codes(scales, min_dim: int) -> None:

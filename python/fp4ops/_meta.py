@@ -81,3 +81,8 @@ def _gemv_fp4_dense_fake(a_data, a_scales, a_global_scale, b, out_dtype):
 @torch.library.register_fake("fp4ops::gemv_fp4_fp4")
 def _gemv_fp4_fp4_fake(a_data, a_scales, a_global_scale, b_data, b_scales, b_global_scale, out_dtype):
     return a_data.new_empty(a_data.shape[:2], dtype=out_dtype)
+
+
+@torch.library.register_fake("fp4ops::linear")
+def _linear_fake(x, x_scales, x_global_scale, w_data, w_scales, w_global_scale, bias, out_dtype, batch_invariant):
+    return x.new_empty((x.shape[0], w_data.shape[0]), dtype=out_dtype)

@@ -123,12 +123,36 @@ def gemv_error_bound(a, b, out_dtype: torch.dtype) -> torch.Tensor:
     a64 = dequantize_exact(a)
     b64 = dequantize_exact(b) if hasattr(b, "scales") else b.double()
     magnitude = (a64 * b64.unsqueeze(-2)).abs().sum(-1)
-    ref = gemv_float64(a, b).abs()
+    return 2.0**-10 * magnitude + half_ulp(gemv_float64(a, b), out_dtype)
+
+
+def half_ulp(ref: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """Half an ulp of out_dtype at |ref|: 0.5 * eps * 2^floor(log2 |ref|), and no smaller than half
+    the subnormal spacing."""
     finfo = torch.finfo(out_dtype)
-    # ulp at |ref| = eps * 2^floor(log2 |ref|), and no smaller than the subnormal spacing.
-    exponent = torch.floor(torch.log2(ref.clamp(min=finfo.smallest_normal)))
-    half_ulp = 0.5 * finfo.eps * torch.exp2(exponent)
-    return 2.0**-10 * magnitude + half_ulp
+    exponent = torch.floor(torch.log2(ref.abs().clamp(min=finfo.smallest_normal)))
+    return 0.5 * finfo.eps * torch.exp2(exponent)
+
+
+def _dense_or_exact(t) -> torch.Tensor:
+    return dequantize_exact(t) if hasattr(t, "scales") else t.double()
+
+
+def linear_float64(x, w, bias=None) -> torch.Tensor:
+    """y = x W^T (+ bias) in float64 on the dequantized operands: fp4ops.linear's reference.
+    x: dense [..., K] or NVFP4Tensor/MXFP4Tensor [..., K] (linear scales); w: NVFP4Tensor /
+    MXFP4Tensor [N, K]; bias: [N] or None. Returns [..., N]."""
+    y = _dense_or_exact(x) @ dequantize_exact(w).T
+    return y if bias is None else y + bias.double()
+
+
+def linear_error_bound(x, w, bias, out_dtype: torch.dtype) -> torch.Tensor:
+    """SPEC 5's tolerance for fp4ops.linear per output, the bias counted as one more product:
+    2^-10 * (sum_k |x_k W_nk| + |bias_n|) + half an ulp of out_dtype at |ref|."""
+    magnitude = _dense_or_exact(x).abs() @ dequantize_exact(w).abs().T
+    if bias is not None:
+        magnitude = magnitude + bias.double().abs()
+    return 2.0**-10 * magnitude + half_ulp(linear_float64(x, w, bias), out_dtype)
 
 
 def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:

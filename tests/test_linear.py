@@ -1,0 +1,331 @@
+"""fp4ops.linear (y = x W^T + bias with FP4 weights) against the float64 reference within SPEC 5's
+bound, and its promises: leading dimensions, strides, swizzled scales, empty batches, determinism,
+rows independent of the batch (CUDA: up to 64 rows, or any count with batch_invariant=True), NaN
+confined to its row or column, torch.compile without a recompile per row count, CUDA graphs.
+The >2^31-byte weight is in test_huge.py, the op's opcheck samples in test_opcheck.py and the
+bad inputs in bad_inputs.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import assert_exact, requires_caching_allocator, requires_cuda
+
+import fp4ops
+from fp4ops import reference
+
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+FORMATS = ["nvfp4", "mxfp4"]
+X_KINDS = ["bfloat16", "float16", "fp4"]
+OUT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+# Row counts around the CUDA dispatch (the kernel family's 8-row tiles and its 64-row crossover).
+ROW_COUNTS = [0, 1, 2, 3, 7, 8, 9, 16, 31, 33, 64, 65, 130]
+# (N, K): N not a multiple of 16 (40, 24), K a multiple of 128 (the tensor-core kernels) or not
+# (96, 160: the CUDA op's fallback).
+SHAPES = [(40, 128), (64, 256), (48, 1024), (16, 4096), (40, 96), (24, 160), (130, 512)]
+NAN_CODE = {"nvfp4": 0x7F, "mxfp4": 0xFF}
+
+
+def quantize(x: torch.Tensor, fmt: str):
+    return fp4ops.quantize_nvfp4(x) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(x)
+
+
+def weight(fmt: str, n: int, k: int, device: str):
+    """A quantized [N, K] weight from fresh heavy-tailed data."""
+    return quantize(torch.distributions.StudentT(3.0).sample((n, k)).to(device), fmt)
+
+
+def activations(x_kind: str, fmt: str, shape: tuple, device: str):
+    """Fresh x of `shape`: dense (x_kind names the dtype) or FP4 of w's format."""
+    x = torch.randn(shape, device=device)
+    return quantize(x, fmt) if x_kind == "fp4" else x.to(getattr(torch, x_kind))
+
+
+def rows_of(x, index):
+    """Rows `index` of a dense or FP4 x (an FP4 x keeps its global scale)."""
+    if isinstance(x, torch.Tensor):
+        return x[index]
+    return dataclasses.replace(x, data=x.data[index], scales=x.scales[index])
+
+
+def to_device(t, device: str):
+    if t is None or isinstance(t, torch.Tensor):
+        return None if t is None else t.to(device)
+    fields = {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
+    return dataclasses.replace(t, **{k: v.to(device) for k, v in fields.items() if isinstance(v, torch.Tensor)})
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal dtype, shape and bytes (NaN payloads and the sign of zero included)."""
+    as_int = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(as_int), b.view(as_int))
+
+
+def assert_within_bound(y: torch.Tensor, x, w, bias, out_dtype: torch.dtype) -> None:
+    """SPEC 5's bound against the float64 product of the dequantized operands, the bias counted as
+    one more product; and not all zero, so a kernel writing nothing cannot pass."""
+    x, w, bias = to_device(x, "cpu"), to_device(w, "cpu"), to_device(bias, "cpu")
+    ref = reference.linear_float64(x, w, bias)
+    bound = reference.linear_error_bound(x, w, bias, out_dtype)
+    assert y.dtype == out_dtype and y.shape == ref.shape
+    assert torch.isfinite(ref).all()
+    err = (y.cpu().double() - ref).abs()
+    assert (err <= bound).all(), f"max err/bound {(err / bound).max().item():.3f}"
+    if ref.numel():
+        assert (y != 0).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", X_KINDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"N{s[0]}-K{s[1]}")
+@pytest.mark.parametrize("m", ROW_COUNTS)
+def test_matches_float64_reference(m, shape, fmt, x_kind, device):
+    """Every output dtype, each without and with a bias (its dtype rotating over the three)."""
+    n, k = shape
+    w = weight(fmt, n, k, device)
+    x = activations(x_kind, fmt, (m, k), device)
+    for i, out_dtype in enumerate(OUT_DTYPES):
+        bias_dtype = OUT_DTYPES[(i + 1) % len(OUT_DTYPES)]
+        for bias in (None, torch.randn(n, device=device, dtype=bias_dtype) * 4):
+            y = fp4ops.linear(x, w, bias, out_dtype=out_dtype)
+            assert y.device.type == device
+            assert_within_bound(y, x, w, bias, out_dtype)
+
+
+@pytest.mark.parametrize(("out_dtype", "half_ulp_exponent"),
+                         [(torch.float16, 11), (torch.bfloat16, 8), (torch.float32, 24)])
+def test_cpu_kernel_rounds_once(out_dtype, half_ulp_exponent):
+    """The CPU kernel rounds its (here exact) double result once: 1 + half an ulp at 1 + 2^-30
+    rounds up, 1 + half an ulp - 2^-30 down, where rounding through an fp32 intermediate would see
+    a tie and round both to even (1). MXFP4 W4A4 with codes +-1 in three blocks, whose E8M0 scales
+    make the block sums 1, half an ulp and 2^-30. The CUDA kernels promise SPEC 5's bound only."""
+    positions = [0, 32, 64]
+    w_codes = torch.zeros(1, 96, dtype=torch.uint8)
+    w_codes[0, positions] = 0x2  # +1
+    x_codes = torch.zeros(3, 96, dtype=torch.uint8)
+    x_codes[:, positions] = torch.tensor([[0x2, 0x2, 0x2], [0x2, 0x2, 0xA], [0xA, 0xA, 0xA]], dtype=torch.uint8)
+    e8m0 = torch.float8_e8m0fnu
+    w_scales = torch.tensor([[127, 127 - half_ulp_exponent, 127 - 30]], dtype=torch.uint8).view(e8m0)
+    w = fp4ops.MXFP4Tensor(reference.pack_e2m1(w_codes), w_scales)
+    x = fp4ops.MXFP4Tensor(reference.pack_e2m1(x_codes), torch.full((3, 3), 127, dtype=torch.uint8).view(e8m0))
+    up = 1 + 2.0 ** (1 - half_ulp_exponent)
+    assert_exact(fp4ops.linear(x, w, out_dtype=out_dtype), torch.tensor([[up], [1.0], [-up]], dtype=out_dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", X_KINDS)
+def test_default_out_dtype(device, x_kind):
+    w = weight("nvfp4", 24, 64, device)
+    y = fp4ops.linear(activations(x_kind, "nvfp4", (3, 64), device), w)
+    assert y.dtype == (torch.bfloat16 if x_kind == "fp4" else getattr(torch, x_kind))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_leading_dimensions(device, fmt, x_kind):
+    w = weight(fmt, 40, 256, device)
+    bias = torch.randn(40, device=device)
+    x = activations(x_kind, fmt, (2, 3, 256), device)
+    y = fp4ops.linear(x, w, bias)
+    assert y.shape == (2, 3, 40)
+    if x_kind == "fp4":
+        flat = dataclasses.replace(x, data=x.data.reshape(6, -1), scales=x.scales.reshape(6, -1))
+    else:
+        flat = x.reshape(6, 256)
+    assert_exact(y.reshape(6, 40), fp4ops.linear(flat, w, bias))
+    assert_within_bound(y, x, w, bias, y.dtype)
+    one = rows_of(flat, 4)  # a 1-D x [K] gives [N], as torch.nn.functional.linear does
+    assert_exact(fp4ops.linear(one, w, bias), y[1, 1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+def test_empty_batch(device, x_kind):
+    w = weight("nvfp4", 40, 128, device)
+    for shape in ((0, 128), (2, 0, 128)):
+        y = fp4ops.linear(activations(x_kind, "nvfp4", shape, device), w, torch.randn(40, device=device))
+        assert y.shape == (*shape[:-1], 40) and y.device.type == device
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", [5, 64, 100])
+def test_non_contiguous_x(device, m):
+    """Transposed, row-strided and column-sliced views give the bits of their contiguous copies."""
+    k = 256
+    w = weight("nvfp4", 40, k, device)
+    views = {
+        "transposed": torch.randn(k, m, device=device, dtype=torch.bfloat16).T,
+        "every_other_row": torch.randn(2 * m, k, device=device, dtype=torch.bfloat16)[::2],
+        "column_slice": torch.randn(m, k + 64, device=device, dtype=torch.bfloat16)[:, 32 : 32 + k],
+        "leading_dims_permuted": torch.randn(k, 1, m, device=device, dtype=torch.bfloat16).permute(1, 2, 0),
+    }
+    for name, x in views.items():
+        assert not x.is_contiguous(), name
+        assert_exact(fp4ops.linear(x, w), fp4ops.linear(x.contiguous(), w))
+    xq = fp4ops.quantize_nvfp4(torch.randn(2 * m, k, device=device))
+    strided = dataclasses.replace(xq, data=xq.data[::2], scales=xq.scales[::2])
+    packed = dataclasses.replace(xq, data=xq.data[::2].contiguous(), scales=xq.scales[::2].contiguous())
+    assert_exact(fp4ops.linear(strided, w), fp4ops.linear(packed, w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("m", [3, 100])
+def test_swizzled_scales_give_the_linear_result(device, fmt, x_kind, m):
+    w = weight(fmt, 130, 256, device)  # 130 rows: the swizzled layout pads to 256
+    x = activations(x_kind, fmt, (m, 256), device)
+    expected = fp4ops.linear(x, w)
+    x_swizzled = x if x_kind != "fp4" else x.with_scale_layout("swizzled")
+    assert_exact(fp4ops.linear(x_swizzled, w.with_scale_layout("swizzled")), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("m", [1, 64, 130])
+def test_deterministic(device, x_kind, m):
+    w = weight("nvfp4", 256, 1024, device)
+    x = activations(x_kind, "nvfp4", (m, 1024), device)
+    first = fp4ops.linear(x, w, out_dtype=torch.float32)
+    for _ in range(4):
+        assert same_bits(fp4ops.linear(x, w, out_dtype=torch.float32), first)
+
+
+def assert_rows_match_single_calls(w, pool, singles: torch.Tensor, m: int, **kwargs) -> None:
+    """linear of m random rows of pool equals, row by row, the one-row results `singles`."""
+    index = torch.randperm(singles.shape[0])[:m]
+    y = fp4ops.linear(rows_of(pool, index.to(singles.device)), w, **kwargs)
+    matches = (y.view(torch.int16) == singles[index.to(singles.device)].view(torch.int16)).all(dim=1).cpu()
+    assert matches.all(), f"M = {m}: rows {index[~matches].tolist()} of the pool differ from their one-row calls"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+# K = 4096 is where the CUDA kernels may split a row's reduction over several warps; the CPU
+# kernel computes every output alone, so one K shows it there.
+@pytest.mark.parametrize("k", [1024, pytest.param(4096, marks=requires_cuda)])
+def test_each_row_independent_of_the_batch_up_to_64_rows(device, fmt, x_kind, k):
+    """For every M in 1..64, each row of linear(x) is bitwise linear(that row alone), the other
+    rows drawn at random from a pool."""
+    w = weight(fmt, 72, k, device)
+    pool = activations(x_kind, fmt, (64, k), device)
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    for m in range(1, 65):
+        assert_rows_match_single_calls(w, pool, singles, m)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_batch_invariant_above_64_rows(device, fmt, x_kind):
+    w = weight(fmt, 72, 1024, device)
+    pool = activations(x_kind, fmt, (200, 1024), device)
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
+    for m in (65, 100, 200):
+        assert_rows_match_single_calls(w, pool, singles, m, batch_invariant=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", X_KINDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("m", [5, 64, 100])
+def test_nan_in_a_row_of_x_stays_in_that_row(device, fmt, x_kind, m):
+    k = 256
+    w = weight(fmt, 40, k, device)
+    dense = torch.randn(m, k, device=device)
+    g = fp4ops.quantize_nvfp4(dense).global_scale  # kept: the NaN must not move the amax
+    if x_kind != "fp4":
+        make = lambda t: t.to(getattr(torch, x_kind))  # noqa: E731
+    else:
+        make = (lambda t: fp4ops.quantize_nvfp4(t, g)) if fmt == "nvfp4" else fp4ops.quantize_mxfp4  # noqa: E731
+    clean = fp4ops.linear(make(dense), w, out_dtype=torch.float32)
+    row, col = int(torch.randint(0, m, ())), int(torch.randint(0, k, ()))
+    dense[row, col] = float("nan")
+    y = fp4ops.linear(make(dense), w, out_dtype=torch.float32)
+    others = torch.arange(m, device=device) != row
+    assert torch.isnan(y[row]).all()
+    assert same_bits(y[others], clean[others])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("m", [3, 100])
+def test_nan_block_scale_in_w_makes_its_column_nan(device, fmt, x_kind, m):
+    n, k = 40, 256
+    w = weight(fmt, n, k, device)
+    x = activations(x_kind, fmt, (m, k), device)
+    clean = fp4ops.linear(x, w, out_dtype=torch.float32)
+    column, block = int(torch.randint(0, n, ())), int(torch.randint(0, w.scales.shape[1], ()))
+    scales = w.scales.clone()
+    scales.view(torch.uint8)[column, block] = NAN_CODE[fmt]
+    y = fp4ops.linear(x, dataclasses.replace(w, scales=scales), out_dtype=torch.float32)
+    others = torch.arange(n, device=device) != column
+    assert torch.isnan(y[:, column]).all()
+    assert same_bits(y[:, others], clean[:, others])
+
+
+def linear_of_parts(x, w_data, w_scales, w_global, bias, quantize_x: bool):
+    """fp4ops.linear with W built from its tensors (a compiled function's inputs are tensors)."""
+    x = fp4ops.quantize_nvfp4(x) if quantize_x else x
+    return fp4ops.linear(x, fp4ops.NVFP4Tensor(w_data, w_scales, w_global), bias)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+def test_compile_dynamic_rows_without_recompiling(device, x_kind):
+    """fullgraph, dynamic=True: one graph for M = 1 (dynamo specializes sizes 0 and 1), one for
+    every other M, across the CUDA op's 64-row crossover; results bitwise equal to eager."""
+    torch._dynamo.reset()
+    w = weight("nvfp4", 40, 256, device)
+    bias = torch.randn(40, device=device, dtype=torch.bfloat16)
+    args = (w.data, w.scales, w.global_scale, bias, x_kind == "fp4")
+    compiled = torch.compile(linear_of_parts, fullgraph=True, dynamic=True)
+    for i, m in enumerate((1, 5, 17, 64, 100)):
+        x = torch.randn(m, 256, device=device, dtype=torch.bfloat16)
+        with torch._dynamo.config.patch(error_on_recompile=i >= 2):
+            got = compiled(x, *args)
+        assert_exact(got, linear_of_parts(x, *args))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compile_fp4linear_dynamic_rows_without_recompiling(device, fmt):
+    torch._dynamo.reset()
+    layer = fp4ops.nn.FP4Linear.from_linear(torch.nn.Linear(256, 40).to(device), fmt)
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for i, m in enumerate((1, 5, 17, 64, 100)):
+            x = torch.randn(2, m, 256, device=device, dtype=torch.bfloat16)
+            with torch._dynamo.config.patch(error_on_recompile=i >= 2):
+                got = compiled(x)
+            assert_exact(got, layer(x))
+
+
+@requires_cuda
+@requires_caching_allocator
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("m", [4, 48])
+def test_cuda_graph_capture_and_replay(m, x_kind):
+    w = weight("nvfp4", 96, 1024, "cuda")
+    bias = torch.randn(96, device="cuda", dtype=torch.float16)
+    args = (w.data, w.scales, w.global_scale, bias, x_kind == "fp4")
+    static_x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()  # warm up on a side stream, as capture wants
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        linear_of_parts(static_x, *args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = linear_of_parts(static_x, *args)
+    for _ in range(3):
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same_bits(captured, linear_of_parts(static_x, *args))
