@@ -1,8 +1,10 @@
 """fp4ops.nn.FP4Linear: a model with its Linear layers swapped to FP4 stays within the
-quantization error of the original, round-trips through state_dict, compiles without graph breaks
-and replays in a CUDA graph."""
+quantization error of the original, forwards through fp4ops.linear, round-trips through
+state_dict, compiles without graph breaks and replays in a CUDA graph."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from conftest import HAS_CUDA, requires_caching_allocator
 from torch import nn
 
 import fp4ops
+from fp4ops import reference
 from fp4ops.nn import FP4Linear, replace_linears
 
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
@@ -41,24 +44,58 @@ def test_swapped_mlp_stays_within_quantization_error(device, fmt):
         assert replace_linears(quantized, fmt) == ["up", "down"]  # lm_head skipped by default
         assert isinstance(quantized.up, FP4Linear) and isinstance(quantized.lm_head, nn.Linear)
         batch = quantized(x)
-        rows = torch.cat([quantized(x[i : i + 1]) for i in range(x.shape[0])])  # one row: the GEMV path
+        rows = torch.cat([quantized(x[i : i + 1]) for i in range(x.shape[0])])  # one row per call
     # 4-bit weights: ~20 dB (NVFP4) / ~16 dB (MXFP4) on Gaussian weights, i.e. 10-16% relative error.
     assert 0.02 < relative_error(batch, ref) < 0.3
-    # The GEMV path and the dequantize + linear path compute the same product.
+    # One row per call and the whole batch compute the same product (lm_head stays torch's Linear,
+    # whose result may depend on the row count).
     assert relative_error(rows, batch) < 2e-2
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_single_row_uses_the_gemv_and_matches_the_exact_product(device):
-    linear = nn.Linear(256, 64, bias=True).to(device=device, dtype=torch.float16)
-    fp4 = FP4Linear.from_linear(linear, "nvfp4")
-    x = torch.randn(1, 1, 256, device=device, dtype=torch.float16)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 2, 64, 200])
+def test_forward_is_fp4ops_linear(device, fmt, dtype, rows):
+    """fp16/bf16 inputs of any row count go through fp4ops.linear (bias inside, in x's dtype):
+    the same bits, within SPEC 5's bound of the float64 product (the bias one more term); with
+    batch_invariant set too."""
+    fp4 = FP4Linear.from_linear(nn.Linear(256, 40, bias=True).to(device=device, dtype=dtype), fmt)
+    x = torch.randn(rows, 1, 256, device=device, dtype=dtype)
+    w = fp4.quantized_weight()
     with torch.no_grad():
         y = fp4(x)
-        assert y.shape == (1, 1, 64) and y.dtype == torch.float16
-        w = fp4.quantized_weight()
-        expected = fp4ops.gemv(w, x.reshape(256), out_dtype=torch.float16) + fp4.bias
-        assert torch.equal(y.reshape(64), expected)
+        assert y.shape == (rows, 1, 40) and y.dtype == dtype
+        assert torch.equal(y, fp4ops.linear(x, w, fp4.bias, out_dtype=dtype))
+        fp4.batch_invariant = True
+        assert torch.equal(fp4(x), fp4ops.linear(x, w, fp4.bias, out_dtype=dtype, batch_invariant=True))
+    bias = fp4.bias.detach().cpu()
+    x_cpu = x.cpu().reshape(rows, 256)
+    w_cpu = dataclasses.replace(w, data=w.data.cpu(), scales=w.scales.cpu())
+    if fmt == "nvfp4":
+        w_cpu = dataclasses.replace(w_cpu, global_scale=w.global_scale.cpu())
+    ref = reference.linear_float64(x_cpu, w_cpu, bias)
+    bound = reference.linear_error_bound(x_cpu, w_cpu, bias, dtype)
+    assert ((y.cpu().reshape(rows, 40).double() - ref).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_input_stays_float32(device):
+    """fp4ops.linear takes fp16/bf16 activations; an fp32 x gets the fp32 dequantized weight and
+    torch.nn.functional.linear, in fp32."""
+    fp4 = FP4Linear.from_linear(nn.Linear(64, 24).to(device), "mxfp4")
+    x = torch.randn(5, 64, device=device)
+    with torch.no_grad():
+        y = fp4(x)
+        expected = nn.functional.linear(x, fp4.quantized_weight().dequantize(torch.float32), fp4.bias)
+    assert y.dtype == torch.float32 and torch.equal(y, expected)
+
+
+def test_batch_invariant_is_a_constructor_argument_and_an_attribute():
+    layer = FP4Linear(64, 8, batch_invariant=True)
+    assert layer.batch_invariant and "batch_invariant=True" in repr(layer)
+    layer.batch_invariant = False
+    assert "batch_invariant=False" in repr(layer)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -112,6 +149,8 @@ def test_cuda_graph_replay():
         (lambda: FP4Linear(48, 8, format="mxfp4"), ValueError, "in_features: expected a multiple of 32"),
         (lambda: FP4Linear.from_linear(nn.Conv1d(4, 4, 1)), TypeError, "linear: expected torch.nn.Linear"),
         (lambda: FP4Linear(64, 8)(torch.randn(2, 32)), ValueError, "x: expected the last dimension to be 64, got 32"),
+        (lambda: FP4Linear(64, 8)(torch.randn(2, 64, dtype=torch.float64)), TypeError,
+         "x: expected float32, float16 or bfloat16, got torch.float64"),
         (lambda: FP4Linear(64, 8).load_quantized_weight(fp4ops.quantize_mxfp4(torch.randn(8, 64))), TypeError,
          "q: expected NVFP4Tensor for format 'nvfp4'"),
         (lambda: FP4Linear(64, 8).load_quantized_weight(fp4ops.quantize_nvfp4(torch.randn(4, 64))), ValueError,

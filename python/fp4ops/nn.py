@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._checks import check_float_input
 from ._formats import FORMATS
-from .gemv import gemv
+from .linear import linear
 from .ops import quantize_mxfp4, quantize_nvfp4
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
@@ -19,13 +20,18 @@ from .tensor import MXFP4Tensor, NVFP4Tensor
 class FP4Linear(nn.Module):
     """y = x W^T + b with W in NVFP4 or MXFP4. Inference only (no backward).
 
-    A single input row in fp16/bf16 (decoding one token) runs the FP4 x dense GEMV, reading the
-    weight once in its 4-bit form; anything else (several rows, fp32 input) dequantizes the weight
-    to the input's dtype and calls torch.nn.functional.linear. Both are within SPEC 5's bound of
-    the exact product with the dequantized weight."""
+    An fp16/bf16 input of any shape [..., in_features] goes through fp4ops.linear in its own dtype
+    (the bias added inside, one rounding): on CUDA up to 64 rows run the tensor-core kernel family
+    (in_features a multiple of 128), which reads the weight in its 4-bit form and gives each row
+    the same bits whatever the other rows are; more rows dequantize the weight for a cuBLAS
+    matmul, unless `batch_invariant` is True (constructor argument or attribute, settable any
+    time), which keeps them on the kernel family in row chunks. An fp32 input keeps fp32
+    throughout: the weight is dequantized to fp32 for torch.nn.functional.linear (fp4ops.linear
+    takes fp16/bf16 or FP4 activations). Every path is within SPEC 5's bound of the exact product
+    with the dequantized weight."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, format: str = "nvfp4",
-                 device=None, dtype: torch.dtype = torch.bfloat16):
+                 device=None, dtype: torch.dtype = torch.bfloat16, batch_invariant: bool = False):
         super().__init__()
         if format not in FORMATS:
             raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
@@ -33,6 +39,7 @@ class FP4Linear(nn.Module):
         if in_features % block != 0:
             raise ValueError(f"in_features: expected a multiple of {block} ({format} block), got {in_features}")
         self.in_features, self.out_features, self.format = in_features, out_features, format
+        self.batch_invariant = batch_invariant
         self.register_buffer("weight", torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device))
         scales = torch.zeros(out_features, in_features // block, dtype=torch.uint8, device=device).view(scale_dtype)
         self.register_buffer("weight_scale", scales)
@@ -74,17 +81,18 @@ class FP4Linear(nn.Module):
         return MXFP4Tensor(self.weight, self.weight_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float_input(x)
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: expected the last dimension to be {self.in_features}, got {x.shape[-1]}")
         w = self.quantized_weight()
-        if x.numel() == self.in_features and x.dtype in (torch.float16, torch.bfloat16):
-            y = gemv(w, x.reshape(self.in_features), out_dtype=x.dtype).reshape(*x.shape[:-1], self.out_features)
-        else:
-            y = nn.functional.linear(x, w.dequantize(x.dtype))
-        return y if self.bias is None else y + self.bias.to(y.dtype)
+        if x.dtype == torch.float32:
+            bias = None if self.bias is None else self.bias.to(torch.float32)
+            return nn.functional.linear(x, w.dequantize(torch.float32), bias)
+        return linear(x, w, self.bias, out_dtype=x.dtype, batch_invariant=self.batch_invariant)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, format={self.format!r}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"format={self.format!r}, batch_invariant={self.batch_invariant}")
 
 
 def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head",), scale_rule: str = "floor") -> list[str]:
