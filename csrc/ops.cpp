@@ -48,4 +48,13 @@ TORCH_LIBRARY(fp4ops, m) {
   m.def("gemv_fp4_dense(Tensor a_data, Tensor a_scales, Tensor? a_global_scale, Tensor b, ScalarType out_dtype) -> Tensor");
   m.def("gemv_fp4_fp4(Tensor a_data, Tensor a_scales, Tensor? a_global_scale, Tensor b_data, Tensor b_scales, "
         "Tensor? b_global_scale, ScalarType out_dtype) -> Tensor");
+  // y = x W^T (+ bias), torch.nn.functional.linear's convention. W: data uint8 [N, K/2] with
+  // linear scales [N, K/block] (float8_e4m3fn: NVFP4 with w_global_scale; float8_e8m0fnu: MXFP4).
+  // x: dense fp16/bf16 [M, K] (x_scales None), or FP4 of W's format: data uint8 [M, K/2] with
+  // linear x_scales [M, K/block] and, NVFP4, x_global_scale. bias [N] (fp16, bf16 or fp32) or
+  // None. Output [M, N] in out_dtype (fp16, bf16 or fp32); M may be 0. batch_invariant: rows
+  // above the tensor-core kernel family's crossover run on it too (in row chunks) instead of
+  // dequantize + cuBLAS, so every row's result is independent of the others.
+  m.def("linear(Tensor x, Tensor? x_scales, Tensor? x_global_scale, Tensor w_data, Tensor w_scales, "
+        "Tensor? w_global_scale, Tensor? bias, ScalarType out_dtype, bool batch_invariant) -> Tensor");
 }

@@ -1,5 +1,5 @@
-// Shared-memory and asynchronous-copy primitives (sm_80+ PTX) that the tensor-core GEMV streams
-// with. Addresses of shared memory are 32-bit shared-window addresses (shared_address).
+// Shared-memory and asynchronous-copy primitives (sm_80+ PTX) that the tensor-core GEMV and linear
+// stream with. Addresses of shared memory are 32-bit shared-window addresses (shared_address).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,18 @@ template <int kBytes>
 __device__ __forceinline__ void cp_async_small(uint32_t smem_dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(smem_dst), "l"(src), "n"(kBytes));
 }
+// The same copies, writing zeros instead where !valid (src-size 0: nothing is read from src, which
+// must still be a valid address).
+__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t smem_dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_dst), "l"(src), "r"(valid ? 16 : 0));
+}
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small_or_zeros(uint32_t smem_dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(smem_dst), "l"(src), "n"(kBytes),
+               "r"(valid ? kBytes : 0));
+}
+// Brings the line holding `p` into L2 (no register, no ordering: coherent with any later write).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -36,6 +48,19 @@ __device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
 __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 lds_64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+// Four 8x8 matrices of 16-bit elements (rows of 16 bytes, row addresses from lanes 8i..8i+7 for
+// matrix i): lane (g, t) receives 32-bit word t of row g of each matrix.
+__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
 }
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }

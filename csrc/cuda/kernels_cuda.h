@@ -32,5 +32,9 @@ at::Tensor gemv_fp4_fp4(const at::Tensor& a_data, const at::Tensor& a_scales,
                         const std::optional<at::Tensor>& a_global_scale, const at::Tensor& b_data,
                         const at::Tensor& b_scales, const std::optional<at::Tensor>& b_global_scale,
                         at::ScalarType out_dtype);
+at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales,
+                  const std::optional<at::Tensor>& x_global_scale, const at::Tensor& w_data, const at::Tensor& w_scales,
+                  const std::optional<at::Tensor>& w_global_scale, const std::optional<at::Tensor>& bias,
+                  at::ScalarType out_dtype, bool batch_invariant);
 
 }  // namespace fp4ops::cuda

@@ -104,5 +104,10 @@ void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned thr
                       Args&&... args) {
   C10_CUDA_CHECK(launch_programmatic_dependent(kernel, grid, threads, stream, std::forward<Args>(args)...));
 }
+template <typename... KernelArgs, typename... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threads, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  C10_CUDA_CHECK(launch_programmatic_dependent(kernel, grid, threads, smem, stream, std::forward<Args>(args)...));
+}
 
 }  // namespace fp4ops::cuda

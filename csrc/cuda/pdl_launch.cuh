@@ -13,18 +13,24 @@ namespace fp4ops::cuda {
 // griddepcontrol.launch_dependents or exited, so `kernel` must call griddepcontrol.wait before it
 // touches anything the previous kernel writes. Stream capture records the same dependency.
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads,
+cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threads, size_t smem,
                                           cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
+  config.gridDim = grid;
   config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads,
+                                          cudaStream_t stream, Args&&... args) {
+  return launch_programmatic_dependent(kernel, dim3(grid), threads, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fp4ops::cuda

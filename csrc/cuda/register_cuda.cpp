@@ -15,4 +15,5 @@ TORCH_LIBRARY_IMPL(fp4ops, CUDA, m) {
   m.impl("cast_from_e2m1", &fp4ops::cuda::cast_from_e2m1);
   m.impl("gemv_fp4_dense", &fp4ops::cuda::gemv_fp4_dense);
   m.impl("gemv_fp4_fp4", &fp4ops::cuda::gemv_fp4_fp4);
+  m.impl("linear", &fp4ops::cuda::linear);
 }

@@ -1,0 +1,207 @@
+// Launcher for fp4ops.linear: checks, device guard, current stream, and the dispatch between the
+// tensor-core kernel family (linear_mma.cuh) and dequantize + cuBLAS.
+//
+// Rule (docs/performance.md, "Linear: dispatch"): up to kLinearMaxTokens rows of x, and any number
+// of rows when the caller asks for batch invariance, run the kernel family (more rows: one CTA
+// row-chunk of 64 per blockIdx.z, the weight read once per chunk); above that, and for K not a
+// multiple of 128, the weight is dequantized and multiplied by cuBLAS with fp32 output.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "../common/op_checks.h"
+#include "kernels_cuda.h"
+#include "launch_utils.h"
+#include "linear_mma.cuh"
+
+namespace fp4ops::cuda {
+
+namespace {
+
+constexpr int kLinearWarpsPerCta = 8;
+
+// K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
+// with it every row's result, does not depend on the number of rows (batch invariance) nor on the
+// GPU. Enough ranges that the weight's 16-row tiles give about kWarpsWanted warps, each range at
+// least kMinStepsPerRange steps of 128 elements.
+int linear_splits(int64_t n, int64_t steps) {
+  constexpr int64_t kWarpsWanted = 4096, kMinStepsPerRange = 8;
+  const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
+  const int64_t wanted = (kWarpsWanted + tiles - 1) / tiles;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, steps / kMinStepsPerRange)));
+}
+
+// Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them
+// (8 tiles past kLinearMaxTokens, with the rest in further row chunks).
+template <typename Fn>
+void with_column_tiles(int64_t rows, Fn&& fn) {
+  if (rows <= 8) return fn(std::integral_constant<int, 1>{});
+  if (rows <= 16) return fn(std::integral_constant<int, 2>{});
+  if (rows <= 32) return fn(std::integral_constant<int, 4>{});
+  return fn(std::integral_constant<int, 8>{});
+}
+
+// Each kernel runs as the programmatic dependent of the one before it (launch_dependent): dense x
+// is permuted into the decoders' pairing (linear_permute_x_kernel) while the linear kernel's CTAs
+// start and prefetch their first weight steps, and the K ranges' sums are added
+// (linear_reduce_kernel) as the linear kernel's CTAs finish.
+template <class Format, typename XT>
+void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
+  at::Tensor permuted;
+  if constexpr (!std::is_same_v<XT, uint8_t>) {
+    permuted = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
+    const int64_t chunks = args.m * args.k / 8;
+    launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
+                     static_cast<uint4*>(permuted.mutable_data_ptr()), chunks);
+    args.x = permuted.const_data_ptr();
+  }
+  with_column_tiles(args.m, [&](auto tiles_tag) {
+    constexpr int kNt = decltype(tiles_tag)::value;
+    using Layout = LinearLayout<Format, XT, kNt>;
+    const auto kernel = linear_mma_kernel<Format, XT, kNt>;
+    const size_t smem = Layout::smem_bytes(kLinearWarpsPerCta);
+    // Opt in to more than 48 KB of shared memory (once per kernel and device).
+    static std::array<std::atomic<bool>, 64> opted_in{};
+    if (smem > 48 * 1024 && (device >= static_cast<int>(opted_in.size()) || !opted_in[device].load())) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      if (device < static_cast<int>(opted_in.size())) opted_in[device].store(true);
+    }
+    const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows;
+    const dim3 grid(static_cast<unsigned>((tiles + kLinearWarpsPerCta - 1) / kLinearWarpsPerCta), static_cast<unsigned>(args.splits),
+                    static_cast<unsigned>((args.m + Layout::kTokens - 1) / Layout::kTokens));
+    launch_dependent(kernel, grid, kLinearWarpsPerCta * 32, smem, stream, args);
+  });
+  if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
+}
+
+// The kernels read with 16-byte (codes, x) and 8/4-byte (scales) copies: realign a misaligned view.
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
+}
+
+// a [M, K] times b [N, K]^T with fp32 output (cuBLAS accumulates in fp32 and rounds once to it):
+// mm's out_dtype overload where this torch has it, else the operands widened to fp32.
+at::Tensor mm_float_out(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() == at::kFloat) return at::mm(a, b.t());
+  static const auto mm_dtype = c10::Dispatcher::singleton().findSchema({"aten::mm", "dtype"});
+  if (mm_dtype.has_value()) {
+    return mm_dtype->typed<at::Tensor(const at::Tensor&, const at::Tensor&, at::ScalarType)>().call(a, b.t(), at::kFloat);
+  }
+  return at::mm(a.to(at::kFloat), b.to(at::kFloat).t());
+}
+
+// The FP4 codes times their block scales, without the global scale: exact in fp16 and bf16 for
+// NVFP4 (at most 5 significant bits, [2^-10, 2688]) and in bf16 for MXFP4 (fp32's exponent range).
+at::Tensor dequantize_unscaled(const at::Tensor& data, const at::Tensor& scales, bool nvfp4, at::ScalarType dtype) {
+  if (!nvfp4) return dequantize_mxfp4(data, scales, dtype, "linear");
+  return dequantize_nvfp4(data, scales, at::ones({}, data.options().dtype(at::kFloat)), dtype, "linear");
+}
+
+// Above the kernel family's rows (or K not a multiple of 128): both operands in a 16-bit type that
+// holds them exactly (fp32 where none does: MXFP4 weights against fp16 x), cuBLAS with fp32 output,
+// then the global scales, the bias and one rounding, as the kernel's epilogue.
+at::Tensor linear_dequantized(const at::Tensor& x, const std::optional<at::Tensor>& x_scales,
+                              const std::optional<at::Tensor>& x_global, const at::Tensor& w_data, const at::Tensor& w_scales,
+                              const std::optional<at::Tensor>& w_global, const std::optional<at::Tensor>& bias,
+                              at::ScalarType out_dtype) {
+  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
+  at::Tensor a, b;
+  if (x_scales.has_value()) {
+    const at::ScalarType dtype = nvfp4 ? at::kHalf : at::kBFloat16;
+    a = dequantize_unscaled(x, *x_scales, nvfp4, dtype);
+    b = dequantize_unscaled(w_data, w_scales, nvfp4, dtype);
+  } else if (nvfp4 || x.scalar_type() == at::kBFloat16) {
+    a = x;
+    b = dequantize_unscaled(w_data, w_scales, nvfp4, x.scalar_type());
+  } else {
+    a = x.to(at::kFloat);
+    b = dequantize_unscaled(w_data, w_scales, nvfp4, at::kFloat);
+  }
+  at::Tensor y = mm_float_out(a, b);
+  if (w_global.has_value()) y.mul_(w_global->reshape({}));
+  if (x_global.has_value()) y.mul_(x_global->reshape({}));
+  if (bias.has_value()) y.add_(bias->to(at::kFloat));
+  return y.to(out_dtype);
+}
+
+LinearBias bias_type(const std::optional<at::Tensor>& bias) {
+  if (!bias.has_value()) return LinearBias::kNone;
+  switch (bias->scalar_type()) {
+    case at::kFloat: return LinearBias::kFloat;
+    case at::kHalf: return LinearBias::kHalf;
+    default: return LinearBias::kBFloat16;
+  }
+}
+
+LinearOut out_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return LinearOut::kFloat;
+    case at::kHalf: return LinearOut::kHalf;
+    default: return LinearOut::kBFloat16;
+  }
+}
+
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales,
+                  const std::optional<at::Tensor>& x_global_scale, const at::Tensor& w_data, const at::Tensor& w_scales,
+                  const std::optional<at::Tensor>& w_global_scale, const std::optional<at::Tensor>& bias,
+                  at::ScalarType out_dtype, bool batch_invariant) {
+  check_linear(x, x_scales, x_global_scale, w_data, w_scales, w_global_scale, bias, out_dtype);
+  const LaunchDevice launch_device(x.device());
+  const int64_t m = x.size(0), n = w_data.size(0), k = w_data.size(1) * 2;
+  constexpr int64_t kMaxRowChunks = 65535;  // gridDim.z
+  const bool on_kernels = k % kLinearStepElems == 0 &&
+                          (m <= kLinearMaxTokens || (batch_invariant && m <= kMaxRowChunks * kLinearMaxTokens));
+  if (!on_kernels && m > 0 && n > 0) {
+    return linear_dequantized(x, x_scales, x_global_scale, w_data, w_scales, w_global_scale, bias, out_dtype);
+  }
+  at::Tensor out = at::empty({m, n}, x.options().dtype(out_dtype));
+  if (m == 0 || n == 0) return out;
+
+  const at::Tensor xx = aligned_contiguous(x), wd = aligned_contiguous(w_data), ws = aligned_contiguous(w_scales);
+  const at::Tensor xs = x_scales ? aligned_contiguous(*x_scales) : at::Tensor();
+  const at::Tensor wg = w_global_scale ? w_global_scale->reshape({}).contiguous() : at::Tensor();
+  const at::Tensor xg = x_global_scale ? x_global_scale->reshape({}).contiguous() : at::Tensor();
+  const at::Tensor bb = bias ? bias->contiguous() : at::Tensor();
+  const int64_t steps = k / kLinearStepElems;
+  const int splits = linear_splits(n, steps);
+  at::Tensor partials = splits > 1 ? at::empty({splits, m, n}, x.options().dtype(at::kFloat)) : at::Tensor();
+
+  LinearArgs args{};
+  args.w_data = wd.const_data_ptr<uint8_t>();
+  args.w_scales = static_cast<const uint8_t*>(ws.const_data_ptr());
+  args.w_global = w_global_scale ? wg.const_data_ptr<float>() : nullptr;
+  args.x = xx.const_data_ptr();
+  args.x_scales = x_scales ? static_cast<const uint8_t*>(xs.const_data_ptr()) : nullptr;
+  args.x_global = x_global_scale ? xg.const_data_ptr<float>() : nullptr;
+  args.bias = bias ? bb.const_data_ptr() : nullptr;
+  args.bias_type = bias_type(bias);
+  args.m = m, args.n = n, args.k = k, args.steps = steps, args.splits = splits;
+  args.partials = splits > 1 ? partials.mutable_data_ptr<float>() : nullptr;
+  args.out = out.mutable_data_ptr();
+  args.out_type = out_type(out_dtype);
+
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int device = x.get_device();
+  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
+  const auto with_format = [&](auto format_tag) {
+    using Format = typename decltype(format_tag)::type;
+    if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, x.options(), stream, device);
+    if (x.scalar_type() == at::kHalf) return launch_mma<Format, __half>(args, x.options(), stream, device);
+    return launch_mma<Format, __nv_bfloat16>(args, x.options(), stream, device);
+  };
+  if (nvfp4) {
+    with_format(TypeTag<Nvfp4Format>{});
+  } else {
+    with_format(TypeTag<Mxfp4Format>{});
+  }
+  return out;
+}
+
+}  // namespace fp4ops::cuda

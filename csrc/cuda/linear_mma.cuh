@@ -1,0 +1,456 @@
+// Tensor-core FP4 linear for up to 64 rows of x: y[m, n] = sum_k x[m, k] W[n, k] (fp4ops.linear).
+//
+// The weight is the MMA's A operand (m16n8k16: 16 output features), decoded in registers; the
+// rows of x (tokens) are its B operand, 8 per MMA column tile (kNt tiles: 8 * kNt rows per CTA).
+// Each warp owns 16 features; a CTA's warps share one copy of x in shared memory. K is split into
+// `splits` contiguous ranges (a function of N and K only: linear_splits in linear.cu), one per
+// blockIdx.y; with more than one, each range's sums go to an fp32 workspace that
+// linear_reduce_kernel adds in range order.
+//
+// Why the results are batch-invariant (row m's output does not depend on how many other rows
+// there are, nor on their values): an MMA's column n is computed from column n of B alone, every
+// row of x goes through the same operations whichever column it lands in, and the summation
+// order (the K ranges, k ascending within one, ranges in order) depends on N and K only.
+//
+// Per pipeline step (128 elements of K) each warp streams its 16 rows of codes and scales, and
+// the CTA the step's slice of x, through a ring of kLinearStages stages (cp.async; one commit
+// group per step; a CTA barrier per step, since the warps share x). Codes reach the lanes through
+// ldmatrix: lane (g, t) gets 32-bit word t (elements 8t .. 8t + 7) of each 32-element unit of
+// rows g and g + 8. Which element sits in which k-slot does not matter to a dot product as long
+// as B has the same order: B is read as the same 8 elements of each row of x and permuted into
+// the decoder's pairing (mma_fragments.cuh).
+//
+// Scaling. NVFP4: each decoded element is multiplied (fp16/bf16, exact) by its block scale times
+// a power of two, so the MMAs accumulate the whole range directly: E2M1 x E4M3 has at most 5
+// significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4: an E8M0
+// scale spans 2^-127 .. 2^127, beyond fp16, so each 32-element block's two MMAs sum into a zeroed
+// fragment that is scaled in fp32 and added (one fma) to the accumulator. FP4 x: decoded like W
+// (fp16), NVFP4 x prescaled likewise, MXFP4 x scaled with W's block scale in fp32.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/block_formats.h"
+#include "async_copy.cuh"
+#include "element_types.cuh"
+#include "gemv_mma_operands.cuh"
+#include "mma_fragments.cuh"
+
+namespace fp4ops::cuda {
+
+constexpr int kLinearStepElems = 128;  // K per pipeline step: 4 units of 32 elements per row
+constexpr int kLinearTileRows = 16;    // weight rows per warp: the MMA's M
+constexpr int kLinearStages = 4;       // ring depth: 3 steps in flight
+constexpr int kLinearMaxTokens = 64;   // rows of x per CTA (8 column tiles)
+
+enum class LinearBias : int { kNone = 0, kFloat = 1, kHalf = 2, kBFloat16 = 3 };
+enum class LinearOut : int { kFloat = 0, kHalf = 1, kBFloat16 = 2 };
+
+struct LinearArgs {
+  const uint8_t* w_data;    // [N, K/2]
+  const uint8_t* w_scales;  // [N, K/block], linear
+  const float* w_global;    // NVFP4 global scale of W, or nullptr (1)
+  const void* x;            // [M, K] fp16/bf16, or uint8 [M, K/2]
+  const uint8_t* x_scales;  // [M, K/block] for FP4 x, else nullptr
+  const float* x_global;    // NVFP4 global scale of FP4 x, or nullptr (1)
+  const void* bias;         // [N] or nullptr
+  LinearBias bias_type;
+  int64_t m, n, k;
+  int64_t steps;            // K / kLinearStepElems
+  int splits;               // K ranges (gridDim.y)
+  float* partials;          // [splits, M, N] when splits > 1
+  void* out;                // [M, N]
+  LinearOut out_type;
+};
+
+// The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
+// 2^kDecodeExponent) plus the factor's (block scale x 2^kFactorExponent). Chosen per decoder so
+// that the factor and every scaled element are exact, normal fp16/bf16 values:
+// - fp16 from E4M3 bytes (x 2^-6): factor s x 2^6 <= 28672; elements e2m1 x s, exponent 0.
+// - fp16 from bit placement (x 2^-14, no E4M3 cvt): factor s x 2^7 <= 57344; elements in
+//   [2^-17, 21], exponent -7.
+// - fp16 from the hardware E2M1 cvt (exact values): factor s; exponent 0.
+// - bf16 raw bits (x 2^-126): factor s x 2^118 < 2^127; elements in [2^-18, 10.5], exponent -8.
+template <typename MmaT>
+struct LinearScaling;
+template <>
+struct LinearScaling<__half> {
+  static constexpr int kDecodeExponent = DenseOperand<__half>::kDecodeExponent;
+  static constexpr int kFactorExponent = kDecodeExponent == kFp16BitsDecodeExponent ? 7 : -kDecodeExponent;
+  static constexpr int kExponent = kDecodeExponent + kFactorExponent;
+  static constexpr Pairing kPairing = DenseOperand<__half>::kPairing;
+  static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_fp16(w); }
+  static __device__ __forceinline__ uint32_t factor(float scale) {
+    const __half2 f = __float2half2_rn(mul_rn(scale, exp2_int(kFactorExponent)));
+    return *reinterpret_cast<const uint32_t*>(&f);
+  }
+  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t b) {
+    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+template <>
+struct LinearScaling<__nv_bfloat16> {
+  static constexpr int kDecodeExponent = kBf16BitsDecodeExponent;
+  static constexpr int kFactorExponent = 118;
+  static constexpr int kExponent = kDecodeExponent + kFactorExponent;
+  static constexpr Pairing kPairing = Pairing::kPlus4;
+  static __device__ __forceinline__ Regs4 decode(uint32_t w) { return e2m1x8_to_bf16_bits(w); }
+  static __device__ __forceinline__ uint32_t factor(float scale) {
+    const __nv_bfloat162 f = __float2bfloat162_rn(mul_rn(scale, exp2_int(kFactorExponent)));
+    return *reinterpret_cast<const uint32_t*>(&f);
+  }
+  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t b) {
+    const __nv_bfloat162 v =
+        __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+
+// Shared memory: kLinearStages stages, each [W codes: warp][16 rows][64 bytes] (16-byte units
+// XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [W scales: warp][16
+// rows][blocks of the step], [x: token][one step] (dense: 256 bytes, units swizzled by the
+// token's parity; FP4: 64 bytes of codes padded to 80), [FP4 x scales: token][blocks of the step].
+template <class FormatT, typename XT, int kNt>
+struct LinearLayout {
+  using Format = FormatT;
+  using XType = XT;
+  static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
+  static constexpr bool kFp4X = std::is_same_v<XT, uint8_t>;
+  using MmaT = std::conditional_t<kFp4X, __half, XT>;
+  static constexpr int kTokens = 8 * kNt;
+  static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
+  static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
+  static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
+  static constexpr int kXRowBytes = kFp4X ? kLinearStepElems / 2 + 16 : kLinearStepElems * 2;
+  static constexpr int kXScaleBytes = kFp4X ? kTokens * kBlocksPerStep : 0;
+  static constexpr size_t w_scales_offset(int warps) { return static_cast<size_t>(warps) * kWCodeBytes; }
+  static constexpr size_t x_offset(int warps) { return w_scales_offset(warps) + static_cast<size_t>(warps) * kWScaleBytes; }
+  static constexpr size_t x_scales_offset(int warps) { return x_offset(warps) + kTokens * kXRowBytes; }
+  static constexpr size_t stage_bytes(int warps) { return x_scales_offset(warps) + kXScaleBytes; }
+  static constexpr size_t smem_bytes(int warps) { return kLinearStages * stage_bytes(warps); }
+};
+
+// Byte offset of 16-byte unit `unit` (0..3) of weight row r (0..15) within a warp's stage codes.
+__device__ __forceinline__ uint32_t w_unit_offset(int r, int unit) { return r * 64 + ((unit ^ (r >> 1 & 3)) << 4); }
+// Byte offset of 16-byte chunk c (0..15) of dense x token row `token` within a stage's x.
+__device__ __forceinline__ uint32_t x_chunk_offset(int token, int c) { return token * 256 + ((c ^ (token & 1) << 2) << 4); }
+
+// What one thread does in the CTA, fixed at the start.
+struct LinearThread {
+  int lane, warp, warps, g, t;
+  int64_t row0;          // this warp's first weight row
+  int64_t token0;        // the CTA's first row of x
+  int64_t step_begin, step_end;  // this CTA's K range, in steps
+};
+
+// Issues the copies of step `step` into the stage at `stage` (shared address): the warp's weight
+// rows (rows past N read row N - 1 and are never stored) and, from all threads, the CTA's slice of
+// x (rows past M are zeros).
+template <class Layout>
+__device__ __forceinline__ void linear_issue_step(const LinearArgs& args, const LinearThread& th, int64_t step,
+                                                  uint32_t stage) {
+  using Format = typename Layout::Format;
+  const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
+  const uint32_t w_codes = stage + th.warp * Layout::kWCodeBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int q = th.lane + 32 * h, r = q >> 2, c = q & 3;
+    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+    cp_async_16_streaming(w_codes + w_unit_offset(r, c), args.w_data + row * k_bytes + step * 64 + c * 16);
+  }
+  if (th.lane < kLinearTileRows) {
+    const int64_t row = th.row0 + th.lane < args.n ? th.row0 + th.lane : args.n - 1;
+    const uint32_t dst = stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes + th.lane * Layout::kBlocksPerStep;
+    cp_async_small<Layout::kBlocksPerStep>(dst, args.w_scales + row * k_blocks + step * Layout::kBlocksPerStep);
+  }
+  const uint32_t x_stage = stage + Layout::x_offset(th.warps);
+  const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
+  if constexpr (Layout::kFp4X) {
+    for (int q = tid; q < Layout::kTokens * 4; q += threads) {
+      const int token = q >> 2, c = q & 3;
+      const bool valid = th.token0 + token < args.m;
+      const uint8_t* src = static_cast<const uint8_t*>(args.x) + (valid ? (th.token0 + token) * k_bytes + step * 64 + c * 16 : 0);
+      cp_async_16_or_zeros(x_stage + token * Layout::kXRowBytes + c * 16, src, valid);
+    }
+    for (int token = tid; token < Layout::kTokens; token += threads) {
+      const bool valid = th.token0 + token < args.m;
+      const uint8_t* src = args.x_scales + (valid ? (th.token0 + token) * k_blocks + step * Layout::kBlocksPerStep : 0);
+      cp_async_small_or_zeros<Layout::kBlocksPerStep>(stage + Layout::x_scales_offset(th.warps) + token * Layout::kBlocksPerStep, src,
+                                                      valid);
+    }
+  } else {
+    for (int q = tid; q < Layout::kTokens * 16; q += threads) {
+      const int token = q >> 4, c = q & 15;
+      const bool valid = th.token0 + token < args.m;
+      using XT = typename Layout::XType;
+      const XT* src = static_cast<const XT*>(args.x) + (valid ? (th.token0 + token) * args.k + step * kLinearStepElems + c * 8 : 0);
+      cp_async_16_or_zeros(x_stage + x_chunk_offset(token, c), src, valid);
+    }
+  }
+}
+
+// The decoders' element pairing, which dense x must share (the same for NVFP4's and MXFP4's
+// decoders of one type, see LinearScaling and DenseOperand).
+template <typename XT>
+constexpr Pairing kLinearPairing = DenseOperand<XT>::kPairing;
+
+// Dense x, permuted once per call so that every 16 bytes (8 elements, pairs (0,1) (2,3) (4,5)
+// (6,7)) hold the B registers of the decoders' pairing: register r = (element_for(r, 0),
+// element_for(r, 1)). The kernel then reads its B operands with one shared load per 8 elements,
+// and the CTAs of every K range share the work. Runs as a programmatic dependent: waits for the kernel that wrote x, and lets linear_mma_kernel
+// start (and prefetch its weight) meanwhile.
+template <typename XT>
+__global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __restrict__ x, uint4* __restrict__ out, int64_t chunks) {
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 raw = x[i];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t regs[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int lo = element_for(kLinearPairing<XT>, r, 0), hi = element_for(kLinearPairing<XT>, r, 1);
+      regs[r] = __byte_perm(words[lo / 2], words[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
+    }
+    out[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+  }
+}
+
+// The four NVFP4 block-scale codes lane t uses in one step from a row's 8 codes (lo: blocks 0-3,
+// hi: 4-7): block 2u + t/2 for unit u, as byte u.
+__device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selector) {
+  return __byte_perm(codes.x, codes.y, selector);
+}
+
+template <class Layout>
+struct LinearAccumulators {
+  float v[Layout::kTokens / 8][4];
+};
+
+// One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane) against
+// every column tile of x.
+template <class Layout>
+__device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t ldm_offset0,
+                                                    uint32_t ldm_offset1, uint32_t nvfp4_selector,
+                                                    LinearAccumulators<Layout>& acc) {
+  using MmaT = typename Layout::MmaT;
+  using Scaling = LinearScaling<MmaT>;
+  constexpr int kNt = Layout::kTokens / 8;
+  const uint32_t w_codes = stage + th.warp * Layout::kWCodeBytes;
+  const uint4 units01 = ldmatrix_x4(w_codes + ldm_offset0), units23 = ldmatrix_x4(w_codes + ldm_offset1);
+  // words[u][h]: unit u of row g (h = 0) or g + 8 (h = 1).
+  const uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
+  const uint32_t w_scales = stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes;
+  const uint32_t x_stage = stage + Layout::x_offset(th.warps);
+
+  if constexpr (Layout::kNvfp4) {
+    // Per row half h, unit u: the factor (block scale x 2^kFactorExponent) of the lane's block.
+    uint32_t factors[4][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t codes = lane_block_codes(lds_64(w_scales + (th.g + 8 * h) * 8), nvfp4_selector);
+      const float2 s01 = e4m3x2_to_float2(codes & 0xFFFFu), s23 = e4m3x2_to_float2(codes >> 16);
+      factors[0][h] = Scaling::factor(s01.x), factors[1][h] = Scaling::factor(s01.y);
+      factors[2][h] = Scaling::factor(s23.x), factors[3][h] = Scaling::factor(s23.y);
+    }
+    // FP4 x: the same selection from each column tile's token row.
+    [[maybe_unused]] uint32_t x_codes[kNt];
+    if constexpr (Layout::kFp4X) {
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        x_codes[j] = lane_block_codes(lds_64(stage + Layout::x_scales_offset(th.warps) + (8 * j + th.g) * 8), nvfp4_selector);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0]), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1]);
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const int token = 8 * j + th.g;
+        Regs4 b;
+        if constexpr (Layout::kFp4X) {
+          b = Scaling::decode(lds_u32(x_stage + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
+          const uint32_t fx = Scaling::factor(e4m3x2_to_float2(x_codes[j] >> (8 * u) & 0xFFu).x);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) b.reg[r] = Scaling::mul(b.reg[r], fx);
+        } else {
+          const uint4 v = lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t));
+          b = {{v.x, v.y, v.z, v.w}};
+        }
+        mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
+        mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
+      }
+    }
+  } else {
+    // MXFP4: exact E2M1 values (fp16: times 2^kDecodeExponent), each unit one block.
+    constexpr int kDecodeExponent = std::is_same_v<MmaT, __half> ? DenseOperand<__half>::kDecodeExponent : 0;
+    const uint32_t codes_g = lds_u32(w_scales + th.g * 4), codes_g8 = lds_u32(w_scales + (th.g + 8) * 4);
+    [[maybe_unused]] uint32_t x_scale_codes[kNt][2];
+    if constexpr (Layout::kFp4X) {
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const uint32_t base = stage + Layout::x_scales_offset(th.warps) + (8 * j + 2 * th.t) * 4;
+        x_scale_codes[j][0] = lds_u32(base), x_scale_codes[j][1] = lds_u32(base + 4);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const Regs4 a0 = DenseOperand<MmaT>::decode(words[u][0]), a1 = DenseOperand<MmaT>::decode(words[u][1]);
+      const uint32_t sa_codes[2] = {codes_g >> (8 * u) & 0xFFu, codes_g8 >> (8 * u) & 0xFFu};
+      [[maybe_unused]] float sa[2];
+      if constexpr (!Layout::kFp4X) {
+        sa[0] = mul_rn(e8m0_decode(sa_codes[0]), exp2_int(-kDecodeExponent));
+        sa[1] = mul_rn(e8m0_decode(sa_codes[1]), exp2_int(-kDecodeExponent));
+      }
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const int token = 8 * j + th.g;
+        Regs4 b;
+        if constexpr (Layout::kFp4X) {
+          b = DenseOperand<MmaT>::decode(lds_u32(x_stage + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
+        } else {
+          const uint4 v = lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t));
+          b = {{v.x, v.y, v.z, v.w}};
+        }
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
+        mma_m16n8k16<MmaT>(d, {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
+        // d[i]: row g (i < 2) or g + 8, column 2t + i % 2 of this tile.
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (Layout::kFp4X) {
+            const uint32_t sb = x_scale_codes[j][i % 2] >> (8 * u) & 0xFFu;
+            acc.v[j][i] = __fadd_rn(acc.v[j][i], scale_by_e8m0_pair(d[i], sa_codes[i / 2], sb, -2 * kDecodeExponent));
+          } else {
+            acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// out[token, feature] from a K range's sum (or the sum of all ranges): the global scales, then the
+// bias, then one rounding to the output type.
+__device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t token, int64_t feature, float sum) {
+  float y = sum;
+  if (args.w_global != nullptr) y = mul_rn(y, *args.w_global);
+  if (args.x_global != nullptr) y = mul_rn(y, *args.x_global);
+  switch (args.bias_type) {
+    case LinearBias::kFloat: y = __fadd_rn(y, static_cast<const float*>(args.bias)[feature]); break;
+    case LinearBias::kHalf: y = __fadd_rn(y, __half2float(static_cast<const __half*>(args.bias)[feature])); break;
+    case LinearBias::kBFloat16: y = __fadd_rn(y, __bfloat162float(static_cast<const __nv_bfloat16*>(args.bias)[feature])); break;
+    default: break;
+  }
+  const int64_t at = token * args.n + feature;
+  switch (args.out_type) {
+    case LinearOut::kFloat: static_cast<float*>(args.out)[at] = y; break;
+    case LinearOut::kHalf: static_cast<__half*>(args.out)[at] = __float2half_rn(y); break;
+    default: static_cast<__nv_bfloat16*>(args.out)[at] = __float2bfloat16_rn(y); break;
+  }
+}
+
+template <class Format, typename XT, int kNt>
+__global__ void __launch_bounds__(256) linear_mma_kernel(LinearArgs args) {
+  using Layout = LinearLayout<Format, XT, kNt>;
+  using MmaT = typename Layout::MmaT;
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  LinearThread th;
+  th.lane = threadIdx.x % 32, th.warp = threadIdx.x / 32, th.warps = blockDim.x / 32;
+  th.g = th.lane / 4, th.t = th.lane % 4;
+  th.row0 = (static_cast<int64_t>(blockIdx.x) * th.warps + th.warp) * kLinearTileRows;
+  th.token0 = static_cast<int64_t>(blockIdx.z) * Layout::kTokens;
+  th.step_begin = args.steps * blockIdx.y / args.splits;
+  th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
+  const int64_t count = th.step_end - th.step_begin;
+
+  // Launched as a programmatic dependent (linear.cu): the weight's first steps go to L2 while the
+  // kernel before finishes (an L2 prefetch is coherent with any write that kernel makes), then
+  // wait for it before the first copy, since it may have written x or the weight.
+#if defined(FP4OPS_HW_PDL)
+  {
+    const int64_t ahead = count < kLinearStages - 1 ? count : kLinearStages - 1;
+    const int r = th.lane % kLinearTileRows;
+    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+    if (th.lane < kLinearTileRows) {
+      const uint8_t* codes = args.w_data + row * (args.k / 2) + th.step_begin * 64;
+      for (int64_t b = 0; b < ahead * 64; b += 32) prefetch_l2(codes + b);
+    } else if (ahead > 0) {
+      prefetch_l2(args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::kBlocksPerStep);
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const uint32_t ring = shared_address(smem);
+  const auto stage_at = [&](int64_t i) { return ring + static_cast<uint32_t>(i % kLinearStages) * static_cast<uint32_t>(Layout::stage_bytes(th.warps)); };
+  const auto issue = [&](int64_t i) {
+    if (i < count) linear_issue_step<Layout>(args, th, th.step_begin + i, stage_at(i));
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kLinearStages - 1; ++i) issue(i);
+
+  // ldmatrix: lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2.
+  const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
+  const uint32_t ldm_offset0 = w_unit_offset(ldm_row, ldm_unit), ldm_offset1 = w_unit_offset(ldm_row, 2 + ldm_unit);
+  const uint32_t half = th.t / 2;
+  const uint32_t nvfp4_selector = half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12;
+
+  LinearAccumulators<Layout> acc;
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) acc.v[j][0] = acc.v[j][1] = acc.v[j][2] = acc.v[j][3] = 0.0f;
+
+  for (int64_t i = 0; i < count; ++i) {
+    cp_async_wait<kLinearStages - 2>();  // this thread's copies of step i have landed ...
+    __syncthreads();                     // ... and every thread's; stage (i - 1) is free
+    issue(i + kLinearStages - 1);
+    linear_compute_step<Layout>(th, stage_at(i), ldm_offset0, ldm_offset1, nvfp4_selector, acc);
+  }
+  cp_async_wait<0>();
+
+  // acc.v[j][i]: weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. NVFP4 operands carried
+  // 2^kExponent per prescaled operand; undone exactly here.
+  constexpr int kCarried = Layout::kNvfp4 ? (Layout::kFp4X ? 2 : 1) * LinearScaling<MmaT>::kExponent : 0;
+  const float undo = exp2_int(-kCarried);
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t feature = th.row0 + th.g + 8 * (i / 2), token = th.token0 + 8 * j + 2 * th.t + i % 2;
+      if (feature >= args.n || token >= args.m) continue;
+      const float sum = kCarried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo);
+      if (args.splits == 1) {
+        linear_store(args, token, feature, sum);
+      } else {
+        args.partials[(static_cast<int64_t>(blockIdx.y) * args.m + token) * args.n + feature] = sum;
+      }
+    }
+  }
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// The K ranges' sums added in range order, then linear_store. Runs as the programmatic dependent
+// of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first.
+__global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const int64_t total = args.m * args.n;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = args.partials[e];
+    for (int s = 1; s < args.splits; ++s) sum = __fadd_rn(sum, args.partials[s * total + e]);
+    linear_store(args, e / args.n, e % args.n, sum);
+  }
+}
+
+}  // namespace fp4ops::cuda
