@@ -46,18 +46,20 @@ void with_column_tiles(int64_t rows, Fn&& fn) {
 }
 
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent): dense x
-// is permuted into the decoders' pairing (linear_permute_x_kernel) while the linear kernel's CTAs
+// past one column tile is permuted into the decoders' pairing (linear_permute_x_kernel) while the linear kernel's CTAs
 // start and prefetch their first weight steps, and the K ranges' sums are added
 // (linear_reduce_kernel) as the linear kernel's CTAs finish.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor permuted;
   if constexpr (!std::is_same_v<XT, uint8_t>) {
-    permuted = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
-    const int64_t chunks = args.m * args.k / 8;
-    launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
-                     static_cast<uint4*>(permuted.mutable_data_ptr()), chunks);
-    args.x = permuted.const_data_ptr();
+    if (args.m > 8) {  // LinearLayout::kXPermuted
+      permuted = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
+      const int64_t chunks = args.m * args.k / 8;
+      launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
+                       static_cast<uint4*>(permuted.mutable_data_ptr()), chunks);
+      args.x = permuted.const_data_ptr();
+    }
   }
   with_column_tiles(args.m, [&](auto tiles_tag) {
     constexpr int kNt = decltype(tiles_tag)::value;

@@ -120,6 +120,9 @@ struct LinearLayout {
   static constexpr bool kFp4X = std::is_same_v<XT, uint8_t>;
   using MmaT = std::conditional_t<kFp4X, __half, XT>;
   static constexpr int kTokens = 8 * kNt;
+  // Dense x arrives permuted into the decoders' pairing (linear_permute_x_kernel) for more than one
+  // column tile; with one, each warp pairs its B registers itself (fewer instructions than a launch).
+  static constexpr bool kXPermuted = !kFp4X && kNt > 1;
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
   static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
@@ -191,6 +194,12 @@ __device__ __forceinline__ void linear_issue_step(const LinearArgs& args, const 
   }
 }
 
+// One B register of the decoders' pairing from 8 elements of dense x in their natural order.
+__device__ __forceinline__ uint32_t pair_for(Pairing pairing, const uint32_t (&words)[4], int r) {
+  const int lo = element_for(pairing, r, 0), hi = element_for(pairing, r, 1);
+  return __byte_perm(words[lo / 2], words[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
+}
+
 // The decoders' element pairing, which dense x must share (the same for NVFP4's and MXFP4's
 // decoders of one type, see LinearScaling and DenseOperand).
 template <typename XT>
@@ -199,8 +208,8 @@ constexpr Pairing kLinearPairing = DenseOperand<XT>::kPairing;
 // Dense x, permuted once per call so that every 16 bytes (8 elements, pairs (0,1) (2,3) (4,5)
 // (6,7)) hold the B registers of the decoders' pairing: register r = (element_for(r, 0),
 // element_for(r, 1)). The kernel then reads its B operands with one shared load per 8 elements,
-// and the CTAs of every K range share the work. Runs as a programmatic dependent: waits for the kernel that wrote x, and lets linear_mma_kernel
-// start (and prefetch its weight) meanwhile.
+// and the CTAs of every K range share the work. Runs as a programmatic dependent: waits for the
+// kernel that wrote x, and lets linear_mma_kernel start (and prefetch its weight) meanwhile.
 template <typename XT>
 __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __restrict__ x, uint4* __restrict__ out, int64_t chunks) {
 #if defined(FP4OPS_HW_PDL)
@@ -210,13 +219,22 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint4 raw = x[i];
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t regs[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int lo = element_for(kLinearPairing<XT>, r, 0), hi = element_for(kLinearPairing<XT>, r, 1);
-      regs[r] = __byte_perm(words[lo / 2], words[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
-    }
-    out[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+    out[i] = make_uint4(pair_for(kLinearPairing<XT>, words, 0), pair_for(kLinearPairing<XT>, words, 1),
+                        pair_for(kLinearPairing<XT>, words, 2), pair_for(kLinearPairing<XT>, words, 3));
+  }
+}
+
+// 8 elements of dense x as B registers in the decoders' pairing (register r = (element_for(r, 0),
+// element_for(r, 1))): as loaded where linear_permute_x_kernel put them in that order, else paired
+// here from their natural order (pairs (0,1) (2,3) (4,5) (6,7)), one byte_perm per register.
+template <class Layout>
+__device__ __forceinline__ Regs4 dense_b(uint4 v) {
+  if constexpr (Layout::kXPermuted) {
+    return {{v.x, v.y, v.z, v.w}};
+  } else {
+    constexpr Pairing kPairing = kLinearPairing<typename Layout::XType>;
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    return {{pair_for(kPairing, words, 0), pair_for(kPairing, words, 1), pair_for(kPairing, words, 2), pair_for(kPairing, words, 3)}};
   }
 }
 
@@ -280,8 +298,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
 #pragma unroll
           for (int r = 0; r < 4; ++r) b.reg[r] = Scaling::mul(b.reg[r], fx);
         } else {
-          const uint4 v = lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t));
-          b = {{v.x, v.y, v.z, v.w}};
+          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t)));
         }
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
@@ -315,8 +332,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         if constexpr (Layout::kFp4X) {
           b = DenseOperand<MmaT>::decode(lds_u32(x_stage + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
         } else {
-          const uint4 v = lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t));
-          b = {{v.x, v.y, v.z, v.w}};
+          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t)));
         }
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
