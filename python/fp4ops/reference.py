@@ -146,13 +146,17 @@ def linear_float64(x, w, bias=None) -> torch.Tensor:
     return y if bias is None else y + bias.double()
 
 
-def linear_error_bound(x, w, bias, out_dtype: torch.dtype) -> torch.Tensor:
+def linear_error_bound(x, w, bias, out_dtype: torch.dtype, operands_rounded_to: torch.dtype | None = None) -> torch.Tensor:
     """SPEC 5's tolerance for fp4ops.linear per output, the bias counted as one more product:
-    2^-10 * (sum_k |x_k W_nk| + |bias_n|) + half an ulp of out_dtype at |ref|."""
+    2^-10 * (sum_k |x_k W_nk| + |bias_n|) + half an ulp of out_dtype at |ref|. operands_rounded_to:
+    the CUDA op's dequantize + cuBLAS path (docs/SPEC.md 5.1), where the dequantized operands (and
+    the bias) are rounded to that 16-bit dtype first: each product then carries up to twice its unit
+    roundoff more, 2 * u * (sum_k |x_k W_nk| + |bias_n|)."""
     magnitude = _dense_or_exact(x).abs() @ dequantize_exact(w).abs().T
     if bias is not None:
         magnitude = magnitude + bias.double().abs()
-    return 2.0**-10 * magnitude + half_ulp(linear_float64(x, w, bias), out_dtype)
+    two_unit_roundoffs = 0.0 if operands_rounded_to is None else torch.finfo(operands_rounded_to).eps
+    return (2.0**-10 + two_unit_roundoffs) * magnitude + half_ulp(linear_float64(x, w, bias), out_dtype)
 
 
 def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
