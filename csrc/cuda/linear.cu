@@ -21,7 +21,12 @@ namespace fp4ops::cuda {
 
 namespace {
 
-constexpr int kLinearWarpsPerCta = 8;
+// Warps (16 weight rows each) per CTA: 8, so that a CTA's copy of x serves 128 rows, or 4 where 8
+// would leave SMs without a CTA (small N). The summation order does not depend on it.
+int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return (tiles + 7) / 8 * splits * row_chunks >= sms ? 8 : 4;
+}
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
 // with it every row's result, does not depend on the number of rows (batch invariance) nor on the
@@ -64,17 +69,17 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
     constexpr int kNt = decltype(tiles_tag)::value;
     using Layout = LinearLayout<Format, XT, kNt>;
     const auto kernel = linear_mma_kernel<Format, XT, kNt>;
-    const size_t smem = Layout::smem_bytes(kLinearWarpsPerCta);
-    // Opt in to more than 48 KB of shared memory (once per kernel and device).
-    static std::array<std::atomic<bool>, 64> opted_in{};
-    if (smem > 48 * 1024 && (device >= static_cast<int>(opted_in.size()) || !opted_in[device].load())) {
+    const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
+    const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
+    const size_t smem = Layout::smem_bytes(warps);
+    // Opt in to more than 48 KB of shared memory (once per kernel, device and size).
+    static std::array<std::atomic<size_t>, 64> opted_in{};
+    if (smem > 48 * 1024 && (device >= static_cast<int>(opted_in.size()) || opted_in[device].load() < smem)) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      if (device < static_cast<int>(opted_in.size())) opted_in[device].store(true);
+      if (device < static_cast<int>(opted_in.size())) opted_in[device].store(smem);
     }
-    const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows;
-    const dim3 grid(static_cast<unsigned>((tiles + kLinearWarpsPerCta - 1) / kLinearWarpsPerCta), static_cast<unsigned>(args.splits),
-                    static_cast<unsigned>((args.m + Layout::kTokens - 1) / Layout::kTokens));
-    launch_dependent(kernel, grid, kLinearWarpsPerCta * 32, smem, stream, args);
+    const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
+    launch_dependent(kernel, grid, warps * 32, smem, stream, args);
   });
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
