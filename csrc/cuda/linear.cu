@@ -1,10 +1,11 @@
 // Launcher for fp4ops.linear: checks, device guard, current stream, and the dispatch between the
 // tensor-core kernel family (linear_mma.cuh) and dequantize + cuBLAS.
 //
-// Rule (docs/performance.md, "Linear: dispatch"): up to kLinearMaxTokens rows of x, and any number
-// of rows when the caller asks for batch invariance, run the kernel family (more rows: one CTA
-// row-chunk of 64 per blockIdx.z, the weight read once per chunk); above that, and for K not a
-// multiple of 128, the weight is dequantized and multiplied by cuBLAS (dequantize + F.linear).
+// Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x, and
+// any number of rows when the caller asks for batch invariance, run the kernel family (more rows:
+// one CTA row-chunk of 64 per blockIdx.z, the weight read once per chunk); above that, and for K
+// not a multiple of 128, the weight is dequantized and multiplied by cuBLAS (dequantize + F.linear):
+// past 64 rows the family reads the weight once per 64 rows while cuBLAS reads it once.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
@@ -30,8 +31,9 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
 // with it every row's result, does not depend on the number of rows (batch invariance) nor on the
-// GPU. Enough ranges that the weight's 16-row tiles give about kWarpsWanted warps, each range at
-// least kMinStepsPerRange steps of 128 elements.
+// GPU. Enough ranges that the weight's 16-row tiles give about kWarpsWanted warps (work for every SM
+// of a large GPU), each range at least kMinStepsPerRange steps of 128 elements (so each warp's ring
+// runs full for a while; fewer, longer ranges also mean fewer partial sums to add).
 int linear_splits(int64_t n, int64_t steps) {
   constexpr int64_t kWarpsWanted = 4096, kMinStepsPerRange = 8;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
@@ -50,9 +52,9 @@ void with_column_tiles(int64_t rows, Fn&& fn) {
 }
 
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent): dense x
-// past one column tile is permuted into the decoders' pairing (linear_permute_x_kernel) while the linear kernel's CTAs
-// start and prefetch their first weight steps, and the K ranges' sums are added
-// (linear_reduce_kernel) as the linear kernel's CTAs finish.
+// past one column tile is permuted into the decoders' pairing (linear_permute_x_kernel) while the
+// linear kernel's CTAs start and prefetch their first weight steps, and the K ranges' sums are
+// added (linear_reduce_kernel) as the linear kernel's CTAs finish.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor permuted;
