@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 import fp4ops
 from fp4ops._fused_groups import fused_groups, is_router
+from fp4ops._checkpoint_layouts import reciprocal_global_scale
 from fp4ops.checkpoint import load_quantized, quantize_checkpoint
 
 
@@ -37,22 +38,32 @@ def small_checkpoint(path) -> dict:
 QUANTIZED = ["model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight"]
 
 
-@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_quantizes_the_linear_weights_in_the_modelopt_layout(tmp_path, fmt):
+# The tensors each layout writes for a quantized weight of each format, after the module's prefix.
+LAYOUT_TENSORS = {
+    ("nvfp4", "modelopt"): {"weight": torch.uint8, "weight_scale": torch.float8_e4m3fn, "weight_scale_2": torch.float32},
+    ("nvfp4", "compressed-tensors"): {"weight_packed": torch.uint8, "weight_scale": torch.float8_e4m3fn,
+                                      "weight_global_scale": torch.float32},
+    ("mxfp4", "compressed-tensors"): {"weight_packed": torch.uint8, "weight_scale": torch.uint8},
+}
+
+
+@pytest.mark.parametrize("fmt,layout", sorted(LAYOUT_TENSORS))
+def test_quantizes_the_linear_weights_in_each_layout(tmp_path, fmt, layout):
     src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     original = small_checkpoint(src)
-    reports = quantize_checkpoint(str(src), str(dst), fmt, device="cpu", progress=False)
+    reports = quantize_checkpoint(str(src), str(dst), fmt, layout=layout, device="cpu", progress=False)
     assert sorted(r.name for r in reports) == sorted(QUANTIZED)
     assert all(12 < r.sqnr_db < 25 for r in reports), [r.sqnr_db for r in reports]
     with safe_open(str(dst), framework="pt") as f:
         meta = f.metadata()
-        assert meta["quantization_format"] == fmt and meta["source"] == "test"
-        keys = set(f.keys())
+        assert meta["quantization_format"] == fmt and meta["source"] == "test" and meta["fp4ops_layout"] == layout
+        quantized_keys = set()
         for name in QUANTIZED:
             prefix = name[: -len("weight")]
-            assert f.get_tensor(name).dtype == torch.uint8
-            assert f.get_tensor(prefix + "weight_scale").dtype == (torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu)
-            assert (prefix + "weight_scale_2" in keys) == (fmt == "nvfp4")
+            for suffix, dtype in LAYOUT_TENSORS[fmt, layout].items():
+                assert f.get_tensor(prefix + suffix).dtype == dtype, suffix
+                quantized_keys.add(prefix + suffix)
+        assert set(f.keys()) == quantized_keys | (set(original) - set(QUANTIZED))
         for name, tensor in original.items():  # everything else copied bit for bit
             if name not in QUANTIZED:
                 assert torch.equal(f.get_tensor(name), tensor)
@@ -63,6 +74,7 @@ def test_quantizes_the_linear_weights_in_the_modelopt_layout(tmp_path, fmt):
         assert isinstance(q, fp4ops.NVFP4Tensor if fmt == "nvfp4" else fp4ops.MXFP4Tensor)
         again = fp4ops.quantize_nvfp4(original[name]) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(original[name])
         assert torch.equal(q.data, again.data) and torch.equal(q.scales.view(torch.uint8), again.scales.view(torch.uint8))
+        assert torch.equal(q.dequantize(torch.bfloat16), again.dequantize(torch.bfloat16))
 
 
 def test_refuses_to_overwrite_its_input(tmp_path):
@@ -125,21 +137,27 @@ GROUPS = [["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k
           ["model.layers.1.block_sparse_moe.experts.1.w1.weight", "model.layers.1.block_sparse_moe.experts.1.w3.weight"]]
 
 
-def test_fused_groups_share_one_global_scale_from_their_joint_amax(tmp_path):
+@pytest.mark.parametrize("layout", ["modelopt", "compressed-tensors"])
+def test_fused_groups_share_one_global_scale_from_their_joint_amax(tmp_path, layout):
     src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     original = fused_checkpoint(src)
-    quantize_checkpoint(str(src), str(dst), "nvfp4", device="cpu", progress=False)
+    quantize_checkpoint(str(src), str(dst), "nvfp4", layout=layout, device="cpu", progress=False)
     loaded = load_quantized(str(dst))
+    with safe_open(str(dst), framework="pt") as f:
+        stored = {name: f.get_tensor(name[: -len("weight")] + list(LAYOUT_TENSORS["nvfp4", layout])[2]) for name in original
+                  if name[: -len("weight")] + list(LAYOUT_TENSORS["nvfp4", layout])[2] in f.keys()}
     for group in GROUPS:
         joint = max(fp4ops.amax(original[name]) for name in group)
         g = torch.where(joint == 0, torch.ones(()), joint / torch.tensor(2688.0))
+        # ModelOpt stores g itself; compressed-tensors a reciprocal whose decode matches g's.
+        expected = g if layout == "modelopt" else reciprocal_global_scale(g)
         for name in group:
             q = loaded[name]
-            assert torch.equal(q.global_scale.view(torch.int32), g.view(torch.int32)), name
+            assert torch.equal(stored[name].view(torch.int32), expected.view(torch.int32)), name
             again = fp4ops.quantize_nvfp4(original[name], g)
             assert torch.equal(q.data, again.data) and torch.equal(q.scales.view(torch.uint8), again.scales.view(torch.uint8))
     alone = "model.layers.0.mlp.down_proj.weight"  # in no group: its own amax
-    assert torch.equal(loaded[alone].global_scale, fp4ops.quantize_nvfp4(original[alone]).global_scale)
+    assert torch.equal(loaded[alone].dequantize(), fp4ops.quantize_nvfp4(original[alone]).dequantize())
     # The one-expert-per-group rule: the two experts' pairs have different scales.
     assert not torch.equal(loaded[GROUPS[2][0]].global_scale, loaded[GROUPS[3][0]].global_scale)
 
@@ -208,8 +226,10 @@ def test_a_sharded_model_directory_becomes_a_sharded_quantized_directory(tmp_pat
     finally:
         os.umask(old_mask)
     assert sorted(os.listdir(dst)) == sorted(os.listdir(src))
-    for name in ("config.json", "tokenizer.json"):
-        assert (dst / name).read_bytes() == (src / name).read_bytes()
+    assert (dst / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+    config = json.loads((dst / "config.json").read_text())
+    assert config.pop("quantization_config")["quant_method"] == "compressed-tensors"
+    assert config == json.loads((src / "config.json").read_text())
     index = json.loads((dst / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
     assert shards == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
@@ -243,7 +263,8 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "fp4ops", "quantize", *map(str, args)], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("case", ["missing src", "dst not empty", "dst folder missing", "cuda without a GPU"])
+@pytest.mark.parametrize("case", ["missing src", "dst not empty", "dst folder missing", "cuda without a GPU",
+                                  "mxfp4 in the modelopt layout"])
 def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
     src = tmp_path / "model"
     sharded_model_dir(src)
@@ -257,6 +278,9 @@ def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
         expected = "exists and is not empty; pass --force"
     elif case == "dst folder missing":
         args[1], expected = tmp_path / "no" / "such" / "out", "does not exist"
+    elif case == "mxfp4 in the modelopt layout":
+        args += ["--format", "mxfp4", "--layout", "modelopt"]
+        expected = "layout: the ModelOpt layout holds NVFP4 only"
     else:
         if torch.cuda.is_available():
             pytest.skip("this machine has a GPU")

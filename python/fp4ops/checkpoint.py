@@ -5,9 +5,14 @@ SRC is a Hugging Face model directory (config, tokenizer, one or many `*.safeten
 same files with the shards quantized (or, for a file SRC, a `.safetensors` file). Every 2-D
 floating-point `*.weight` whose input dimension is a multiple of the block and whose name matches
 no skip pattern (embeddings, norms, the LM head by default; MoE routers always) is quantized and
-written in the ModelOpt layout: `<prefix>.weight` packed E2M1 (uint8 [out, in/2]),
-`<prefix>.weight_scale` (E4M3 per 16 / E8M0 per 32 inputs) and, for NVFP4,
-`<prefix>.weight_scale_2` (fp32 decode global scale, `w ~= e2m1 * weight_scale * weight_scale_2`).
+written in one of two layouts (_checkpoint_layouts.py). `--layout compressed-tensors` (the
+default, NVFP4 and MXFP4): `<prefix>.weight_packed` packed E2M1 (uint8 [out, in/2]),
+`<prefix>.weight_scale` (E4M3 per 16 / E8M0 bytes as uint8 per 32 inputs) and, for NVFP4,
+`<prefix>.weight_global_scale` (fp32 [1], the reciprocal of our decode global scale), with
+config.json's `quantization_config`. `--layout modelopt` (NVFP4 only): `<prefix>.weight`,
+`<prefix>.weight_scale` and `<prefix>.weight_scale_2` (fp32 decode global scale,
+`w ~= e2m1 * weight_scale * weight_scale_2`), with `hf_quant_config.json` and config.json's
+`quantization_config`. Both configs list every linear left dense (and lm_head) as ignored.
 Everything else is copied unchanged. The weights a serving engine fuses into one layer (q/k/v,
 gate/up, each expert's w1/w3: _fused_groups.py) are quantized or left dense together, and with
 NVFP4 share one global scale, from the group's joint amax, across shards. Each shard's metadata
@@ -19,12 +24,15 @@ the modes the umask gives. `load_quantized` reads a quantized file back.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 
 import torch
 
+from ._checkpoint_layouts import (LAYOUTS, TENSOR_SUFFIXES, compressed_tensors_config, decode_global_scale,
+                                  modelopt_configs, quantized_tensors, unquantized_linears)
 from ._formats import FLOAT_DTYPES, FORMATS, NVFP4_SCALE_DTYPE, SCALE_RULES, global_scale_from_amax
 from ._fused_groups import fused_groups, is_router
 from .demo import best_device, sqnr_db
@@ -34,7 +42,8 @@ from .tensor import MXFP4Tensor, NVFP4Tensor
 
 DEFAULT_SKIP = ("embed", "norm", "lm_head")
 BLOCKS = {name: block for name, (block, _) in FORMATS.items()}
-SCALE_SUFFIXES = ("weight_scale", "weight_scale_2")
+SCALE_SUFFIXES = ("weight_scale", "weight_scale_2", "weight_packed", "weight_global_scale")
+DEFAULT_LAYOUT = "compressed-tensors"
 
 
 @dataclass
@@ -114,10 +123,14 @@ def _input_shards(src: str) -> tuple[dict[str, str], dict | None]:
     return {name: os.path.join(src, name) for name in files}, None
 
 
-def _check_arguments(src: str, dst: str, format: str, device, force: bool) -> None:
+def _check_arguments(src: str, dst: str, format: str, layout: str, device, force: bool) -> None:
     """Every bad invocation fails here, before any work, with one line naming the argument."""
     if format not in BLOCKS:
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "modelopt" and format != "nvfp4":
+        raise ValueError(f"layout: the ModelOpt layout holds NVFP4 only; use --layout compressed-tensors for {format}")
     if not os.path.exists(src):
         raise ValueError(f"src: no such file or directory: {src!r}")
     _refuse_to_overwrite(src, dst)
@@ -153,8 +166,9 @@ def _honour_umask(path: str) -> None:
         os.chmod(path, 0o666 & ~mask)
 
 
-def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, skip=DEFAULT_SKIP, scale_rule: str = "floor",
-                        device=None, progress: bool = True, log=print, force: bool = False) -> list[TensorReport]:
+def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: str = DEFAULT_LAYOUT,
+                        skip=DEFAULT_SKIP, scale_rule: str = "floor", device=None, progress: bool = True, log=print,
+                        force: bool = False) -> list[TensorReport]:
     """Quantize the linear weights of `src` into `dst`; returns one report (name, shape, SQNR in
     dB against the original) per quantized tensor. `log` takes the notes on fused groups kept
     dense as a whole.
@@ -164,23 +178,28 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, skip=DEFAU
     directory, a directory: the shards under their input names (each quantized weight with its
     scales in its own shard), the index rewritten, every other file copied. The output is written
     to a temporary sibling and renamed into place at the end, so a failure leaves no half-written
-    dst; an existing dst is replaced only with force=True."""
+    dst; an existing dst is replaced only with force=True. A directory dst gets the layout's
+    configs: config.json's quantization_config (when src has a config.json) and, for ModelOpt,
+    hf_quant_config.json."""
     import shutil
     import tempfile
 
-    _check_arguments(src, dst, format, device, force)
+    _check_arguments(src, dst, format, layout, device, force)
     shards, index = _input_shards(src)
     to_directory = os.path.isdir(src) or not dst.endswith(".safetensors")
     device = torch.device(device) if device is not None else best_device()
     work = tempfile.mkdtemp(prefix=".fp4ops-", dir=os.path.dirname(os.path.abspath(dst)))
     try:
-        reports, weight_map = _quantize_shards(shards, work, format, skip, scale_rule, device, progress, log)
+        reports, weight_map, dense = _quantize_shards(shards, work, format, layout, skip, scale_rule, device,
+                                                      progress, log)
         if os.path.isdir(src):
             for entry in sorted(os.listdir(src)):
                 path = os.path.join(src, entry)
                 if entry.endswith(".safetensors") or entry == INDEX_NAME:
                     continue
                 (shutil.copytree if os.path.isdir(path) else shutil.copy2)(path, os.path.join(work, entry))
+        if to_directory:
+            _write_configs(work, format, layout, dense)
         if index is not None:
             total = sum(os.path.getsize(os.path.join(work, name)) for name in set(weight_map.values()))
             new_index = {**index, "metadata": {**index.get("metadata", {}), "total_size": total}, "weight_map": weight_map}
@@ -200,9 +219,32 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, skip=DEFAU
     return reports
 
 
-def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, skip, scale_rule: str, device, progress: bool,
-                     log) -> tuple[list[TensorReport], dict[str, str]]:
-    """Every shard into out_dir under its own name; returns the reports and {tensor: shard}. The
+def _write_configs(out_dir: str, format: str, layout: str, dense: dict[str, str]) -> None:
+    """The layout's configs in out_dir: quantization_config added to a copied config.json, and for
+    ModelOpt hf_quant_config.json. Both name the modules an engine must leave dense."""
+    import sys
+
+    version = sys.modules[__package__].__version__  # the package is imported before its modules
+    ignore = unquantized_linears(dense)
+    if layout == "modelopt":
+        hf_quant_config, quantization_config = modelopt_configs(ignore, version)
+        with open(os.path.join(out_dir, "hf_quant_config.json"), "w") as f:
+            json.dump(hf_quant_config, f, indent=2)
+    else:
+        quantization_config = compressed_tensors_config(format, ignore)
+    config_path = os.path.join(out_dir, "config.json")
+    if os.path.isfile(config_path):
+        with open(config_path) as f:
+            config = json.load(f)
+        config["quantization_config"] = quantization_config
+        with open(config_path, "w") as f:
+            json.dump(config, f, indent=2)
+
+
+def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: str, skip, scale_rule: str, device,
+                     progress: bool, log) -> tuple[list[TensorReport], dict[str, str], dict[str, str]]:
+    """Every shard into out_dir under its own name; returns the reports, {tensor: shard} and
+    {linear weight left dense: why}. The
     plan (which weights, which fused groups) is made over all shards at once: a group's members
     may sit in different shards."""
     from contextlib import ExitStack
@@ -230,7 +272,7 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, skip, sc
                 group_scales[key] = global_scale_from_amax(torch.stack(amaxes).amax())
             return group_scales[key]
 
-        dense = json.dumps({name: reason for name, reason in decision.items() if reason is not None})
+        dense = {name: reason for name, reason in decision.items() if reason is not None}
         bar = tqdm(total=len(home), desc=f"quantizing to {format}", unit="tensor", disable=not progress)
         for shard, f in handles.items():
             names = list(f.keys())
@@ -251,39 +293,64 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, skip, sc
                 for suffix in SCALE_SUFFIXES:
                     if prefix + suffix in home:
                         raise ValueError(f"src: {name!r} already has a {prefix + suffix!r}: is it quantized already?")
-                out[name] = q.data.cpu()
-                out[prefix + "weight_scale"] = q.scales.cpu()
-                if format == "nvfp4":
-                    out[prefix + "weight_scale_2"] = q.global_scale.reshape(()).cpu()
+                on_cpu = {field: getattr(q, field).cpu() for field in ("data", "scales", "global_scale") if hasattr(q, field)}
+                out.update(quantized_tensors(prefix, dataclasses.replace(q, **on_cpu), layout))
                 reports.append(TensorReport(name, tuple(tensor.shape), sqnr_db(x, q.dequantize(torch.float32))))
             metadata = dict(f.metadata() or {})
             metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
                              "fp4ops_quantized_tensors": str(len(reports) - quantized_before),  # in this shard
-                             "fp4ops_dense_linears": dense})  # in the whole model
+                             "fp4ops_layout": layout,
+                             "fp4ops_dense_linears": json.dumps(dense)})  # in the whole model
             save_file(out, os.path.join(out_dir, shard), metadata=metadata)
             weight_map.update({name: shard for name in out})
             del out
         bar.close()
-    return reports, weight_map
+    return reports, weight_map, dense
 
 
 def load_quantized(path: str, device="cpu") -> dict:
-    """A quantized checkpoint back as {name: tensor}, each quantized weight as one NVFP4Tensor /
-    MXFP4Tensor under its `weight` name (its scale tensors folded in)."""
+    """A quantized .safetensors file (either layout) back as {name: tensor}, each quantized weight
+    as one NVFP4Tensor / MXFP4Tensor under its module's `weight` name (its scale tensors folded
+    in); other tensors as they are."""
     from safetensors.torch import load_file
 
-    raw = load_file(path, device=str(device))
-    out = {}
-    for name, tensor in raw.items():
-        prefix = name[: -len("weight")] if name.split(".")[-1] == "weight" else None
-        scales = raw.get(prefix + "weight_scale") if prefix is not None else None
-        if scales is None:
-            if not any(name.endswith(suffix) and name[: -len(suffix)] + "weight" in raw for suffix in SCALE_SUFFIXES):
-                out[name] = tensor
-        elif scales.dtype == NVFP4_SCALE_DTYPE:
-            out[name] = NVFP4Tensor(tensor, scales, raw[prefix + "weight_scale_2"])
-        else:
-            out[name] = MXFP4Tensor(tensor, scales)
+    return fold_quantized(load_file(path, device=str(device)))
+
+
+def _layout_of(raw: dict, prefix: str) -> str | None:
+    """Which layout holds the weight of module `prefix` (its name and a dot), None for a dense one."""
+    if prefix + "weight_packed" in raw and prefix + "weight_scale" in raw:
+        return "compressed-tensors"
+    if prefix + "weight" in raw and prefix + "weight_scale" in raw and raw[prefix + "weight"].dtype == torch.uint8:
+        return "modelopt"
+    return None
+
+
+def fold_quantized(raw: dict[str, torch.Tensor]) -> dict:
+    """{name: tensor} of either layout with each quantized weight folded into one NVFP4Tensor /
+    MXFP4Tensor under `<module>.weight`. compressed-tensors' reciprocal global scale becomes our
+    decode scale (the one whose bf16 decode equals compressed-tensors'); its uint8 E8M0 bytes
+    become E8M0 again (a view, never a value cast)."""
+    out, folded = {}, set()
+    for name in raw:
+        for suffix in ("weight_packed", "weight"):
+            if not name.endswith(suffix) or (name != suffix and not name.endswith("." + suffix)):
+                continue
+            prefix = name[: -len(suffix)]
+            layout = _layout_of(raw, prefix)
+            if layout is None or TENSOR_SUFFIXES[layout][0] != suffix:
+                continue
+            packed, scale_name, global_name = (prefix + s for s in TENSOR_SUFFIXES[layout])
+            scales = raw[scale_name]
+            if scales.dtype == NVFP4_SCALE_DTYPE:
+                g = raw[global_name]
+                g = decode_global_scale(g).to(g.device) if layout == "compressed-tensors" else g.reshape(())
+                out[prefix + "weight"] = NVFP4Tensor(raw[packed], scales, g)
+            else:
+                out[prefix + "weight"] = MXFP4Tensor(raw[packed], scales.view(torch.float8_e8m0fnu))
+            folded.update(n for n in (packed, scale_name, global_name) if n in raw)
+            break
+    out.update({name: tensor for name, tensor in raw.items() if name not in folded and name not in out})
     return out
 
 
@@ -322,6 +389,8 @@ def main(argv=None) -> None:
     parser.add_argument("src", help="input: a .safetensors file or a model directory (shards, index, config, ...)")
     parser.add_argument("dst", help="output: a directory (a .safetensors file for a file input); never the input")
     parser.add_argument("--format", choices=sorted(BLOCKS), default="nvfp4")
+    parser.add_argument("--layout", choices=list(LAYOUTS), default=DEFAULT_LAYOUT,
+                        help="tensor names and configs: compressed-tensors (NVFP4, MXFP4) or modelopt (NVFP4 only)")
     parser.add_argument("--scale-rule", choices=list(SCALE_RULES), default="floor", help="MXFP4 only")
     parser.add_argument("--skip", nargs="*", default=list(DEFAULT_SKIP),
                         help="name substrings to leave unquantized (default: %(default)s); never splits a fused group")
@@ -330,7 +399,7 @@ def main(argv=None) -> None:
     parser.add_argument("--plot", default=None, help="PNG histogram of the SQNRs (default: DST + '.sqnr.png')")
     args = parser.parse_args(argv)
     try:
-        reports = quantize_checkpoint(args.src, args.dst, args.format, skip=tuple(args.skip), scale_rule=args.scale_rule,
+        reports = quantize_checkpoint(args.src, args.dst, args.format, layout=args.layout, skip=tuple(args.skip), scale_rule=args.scale_rule,
                                       device=args.device, force=args.force)
     except ValueError as error:  # a bad invocation or input: one line, no traceback
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
