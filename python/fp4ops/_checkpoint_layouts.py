@@ -49,16 +49,33 @@ def _neighbours(x: torch.Tensor, reach: int = 3):
             yield (bits + sign * step).view(torch.float32)
 
 
-def reciprocal_global_scale(g: torch.Tensor) -> torch.Tensor:
-    """compressed-tensors' weight_global_scale for our decode scale g: fp32 [1], near 1/g, chosen
-    so that compressed-tensors decompresses to bf16 exactly what fp4ops.dequantize gives. The
-    rounded reciprocal alone misses that for rare g; a neighbour one ulp away then fixes it. With no
-    match in reach, 1/g is kept."""
+def exact_reciprocal(g: torch.Tensor) -> torch.Tensor | None:
+    """The fp32 value near 1/g (1/g first, then its neighbours) with which compressed-tensors'
+    decode equals fp4ops.dequantize's in bf16 for every code and scale, or None when there is none:
+    for some g (about one bf16 amax mantissa in a hundred) one of our fp32 products is a bf16 tie
+    that no reciprocal reproduces."""
     g = g.reshape(()).float().cpu()
-    for r in _neighbours(torch.ones(()) / g):
-        if _decodes_equal(g, r):
-            return r.reshape(1).clone()
-    return (torch.ones(()) / g).reshape(1)
+    return next((r.clone() for r in _neighbours(torch.ones(()) / g) if _decodes_equal(g, r)), None)
+
+
+def compressed_tensors_global_scale(g: torch.Tensor) -> torch.Tensor:
+    """The decode scale to quantize with in the compressed-tensors layout: g itself when it has an
+    exact reciprocal, else the next fp32 above g that has one (one or two ulps up), so that the
+    checkpoint decodes the same in compressed-tensors as in fp4ops. Only upward: a larger g keeps
+    every block scale within E4M3's range. g is kept when no value in reach has one."""
+    bits = g.reshape(()).float().cpu().view(torch.int32)
+    for step in range(8):
+        candidate = (bits + step).view(torch.float32)
+        if exact_reciprocal(candidate) is not None:
+            return candidate.clone().to(g.device)
+    return g.reshape(())
+
+
+def reciprocal_global_scale(g: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors' weight_global_scale for our decode scale g: fp32 [1], the exact
+    reciprocal when g has one (compressed_tensors_global_scale picks such g), else 1/g."""
+    r = exact_reciprocal(g)
+    return (r if r is not None else torch.ones(()) / g.reshape(()).float().cpu()).reshape(1)
 
 
 def decode_global_scale(reciprocal: torch.Tensor) -> torch.Tensor:

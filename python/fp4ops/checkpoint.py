@@ -8,7 +8,8 @@ no skip pattern (embeddings, norms, the LM head by default; MoE routers always) 
 written in one of two layouts (_checkpoint_layouts.py). `--layout compressed-tensors` (the
 default, NVFP4 and MXFP4): `<prefix>.weight_packed` packed E2M1 (uint8 [out, in/2]),
 `<prefix>.weight_scale` (E4M3 per 16 / E8M0 bytes as uint8 per 32 inputs) and, for NVFP4,
-`<prefix>.weight_global_scale` (fp32 [1], the reciprocal of our decode global scale), with
+`<prefix>.weight_global_scale` (fp32 [1], the reciprocal of our decode global scale, chosen so
+that compressed-tensors decodes exactly what fp4ops does; docs/decisions.md #18), with
 config.json's `quantization_config`. `--layout modelopt` (NVFP4 only): `<prefix>.weight`,
 `<prefix>.weight_scale` and `<prefix>.weight_scale_2` (fp32 decode global scale,
 `w ~= e2m1 * weight_scale * weight_scale_2`), with `hf_quant_config.json` and config.json's
@@ -31,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checkpoint_layouts import (LAYOUTS, TENSOR_SUFFIXES, compressed_tensors_config, decode_global_scale,
-                                  modelopt_configs, quantized_tensors, unquantized_linears)
+from ._checkpoint_layouts import (LAYOUTS, TENSOR_SUFFIXES, compressed_tensors_config, compressed_tensors_global_scale,
+                                  decode_global_scale, modelopt_configs, quantized_tensors, unquantized_linears)
 from ._formats import FLOAT_DTYPES, FORMATS, NVFP4_SCALE_DTYPE, SCALE_RULES, global_scale_from_amax
 from ._fused_groups import fused_groups, is_router
 from .demo import best_device, sqnr_db
@@ -269,8 +270,14 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: 
             if key not in group_scales:
                 members = [name for name, k in groups.items() if k == key]
                 amaxes = [fp4ops_amax(handles[home[name]].get_tensor(name).to(device)) for name in members]
-                group_scales[key] = global_scale_from_amax(torch.stack(amaxes).amax())
+                group_scales[key] = layout_global_scale(torch.stack(amaxes).amax())
             return group_scales[key]
+
+        def layout_global_scale(amax_value: torch.Tensor) -> torch.Tensor:
+            """SPEC 2.2's g; in the compressed-tensors layout moved up to the nearest value whose
+            stored reciprocal decodes exactly as fp4ops does (g itself for almost every amax)."""
+            g = global_scale_from_amax(amax_value)
+            return compressed_tensors_global_scale(g) if layout == "compressed-tensors" else g
 
         dense = {name: reason for name, reason in decision.items() if reason is not None}
         bar = tqdm(total=len(home), desc=f"quantizing to {format}", unit="tensor", disable=not progress)
@@ -286,7 +293,8 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: 
                     continue
                 x = tensor.to(device)
                 if format == "nvfp4":
-                    q = quantize_nvfp4(x, joint_global_scale(groups[name]) if name in groups else None)
+                    g = joint_global_scale(groups[name]) if name in groups else layout_global_scale(fp4ops_amax(x))
+                    q = quantize_nvfp4(x, g)
                 else:
                     q = quantize_mxfp4(x, scale_rule=scale_rule)
                 prefix = name[: -len("weight")]

@@ -1,0 +1,149 @@
+"""The quantizer's output read by the real libraries: a small random Llama saved by transformers in
+several shards, quantized in the compressed-tensors layout, loaded back by transformers through
+compressed-tensors' own decompression, and held bit for bit to fp4ops.dequantize."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+compressed_tensors = pytest.importorskip("compressed_tensors")
+
+import fp4ops  # noqa: E402
+from fp4ops._checkpoint_layouts import (compressed_tensors_config, compressed_tensors_global_scale,  # noqa: E402
+                                        exact_reciprocal, quantized_tensors)
+from fp4ops._fused_groups import fused_groups  # noqa: E402
+from fp4ops.checkpoint import quantize_checkpoint  # noqa: E402
+
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def tiny_llama(path) -> dict[str, torch.Tensor]:
+    """A random two-layer Llama saved in 2+ shards (with index, config, generation config); returns
+    its state dict."""
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=128, tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():  # fresh values on every parameter, norms included
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.05 + (1.0 if parameter.ndim == 1 else 0.0))
+    model.save_pretrained(str(path), max_shard_size="50KB")
+    assert len(list(path.glob("*.safetensors"))) >= 2
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def expected_weights(original: dict[str, torch.Tensor], fmt: str) -> dict[str, torch.Tensor]:
+    """What each quantized linear must decode to in bf16: fp4ops' own quantize + dequantize, with
+    NVFP4's fused groups (q/k/v, gate/up) under one global scale from their joint amax."""
+    names = [name for name in original if name.split(".")[-2] in LINEARS]
+    groups = fused_groups(names)
+    out = {}
+    for name in names:
+        if fmt == "mxfp4":
+            out[name] = fp4ops.quantize_mxfp4(original[name]).dequantize(torch.bfloat16)
+            continue
+        members = [n for n, key in groups.items() if key == groups.get(name)] or [name]
+        joint = torch.stack([fp4ops.amax(original[n]) for n in members]).amax()
+        g = compressed_tensors_global_scale(joint / torch.tensor(2688.0))
+        out[name] = fp4ops.quantize_nvfp4(original[name], g).dequantize(torch.bfloat16)
+    return out
+
+
+def load(path, *, decompress: bool):
+    options = {"quantization_config": transformers.CompressedTensorsConfig(dequantize=True)} if decompress else {}
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(str(path), output_loading_info=True,
+                                                                    dtype=torch.bfloat16, **options)
+    return model, info
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_compressed_tensors_decompresses_our_checkpoint_to_fp4ops_dequantize(tmp_path, fmt):
+    src, dst = tmp_path / "llama", tmp_path / f"llama-{fmt}"
+    original = tiny_llama(src)
+    reports = quantize_checkpoint(str(src), str(dst), fmt, device="cpu", progress=False)
+    assert len(reports) == 2 * len(LINEARS)
+
+    config = json.loads((dst / "config.json").read_text())["quantization_config"]
+    parsed = compressed_tensors.QuantizationConfig.model_validate(config)  # the library's own schema
+    assert parsed.format == f"{fmt}-pack-quantized" and parsed.ignore == ["lm_head"]
+    assert parsed.config_groups["group_0"].weights.group_size == (16 if fmt == "nvfp4" else 32)
+
+    model, info = load(dst, decompress=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    state = model.state_dict()
+    expected = expected_weights(original, fmt)
+    for name, weight in expected.items():
+        assert torch.equal(state[name].view(torch.int16), weight.view(torch.int16)), name
+    for name in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"):
+        assert torch.equal(state[name], original[name]), name
+
+    # Logits: the decompressed model against the original model holding fp4ops' decoded weights.
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16)
+    reference.load_state_dict({**original, **expected})
+    tokens = torch.randint(0, 128, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(model(tokens).logits, reference(tokens).logits)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_transformers_loads_the_compressed_checkpoint_without_missing_keys(tmp_path, fmt):
+    src, dst = tmp_path / "llama", tmp_path / f"llama-{fmt}"
+    tiny_llama(src)
+    quantize_checkpoint(str(src), str(dst), fmt, device="cpu", progress=False)
+    model, info = load(dst, decompress=False)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    names = {name for name, _ in model.named_parameters()}
+    assert "model.layers.1.mlp.down_proj.weight_packed" in names
+    assert ("model.layers.1.mlp.down_proj.weight_global_scale" in names) == (fmt == "nvfp4")
+
+
+def test_a_skipped_linear_is_in_the_ignore_list_and_loads_dense(tmp_path):
+    src, dst = tmp_path / "llama", tmp_path / "llama-nvfp4"
+    original = tiny_llama(src)
+    quantize_checkpoint(str(src), str(dst), "nvfp4", skip=("embed", "norm", "lm_head", "o_proj"), device="cpu",
+                        progress=False)
+    ignore = json.loads((dst / "config.json").read_text())["quantization_config"]["ignore"]
+    assert ignore == ["lm_head", "model.layers.0.self_attn.o_proj", "model.layers.1.self_attn.o_proj"]
+    model, info = load(dst, decompress=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    name = "model.layers.1.self_attn.o_proj.weight"
+    assert torch.equal(model.state_dict()[name], original[name])
+
+
+def library_decompress(stored: dict[str, torch.Tensor]) -> torch.Tensor:
+    """compressed-tensors' own NVFP4 decompressor, with the scheme parsed from our config."""
+    from compressed_tensors.compressors.base import BaseCompressor
+
+    config = compressed_tensors.QuantizationConfig.model_validate(compressed_tensors_config("nvfp4", ["lm_head"]))
+    compressor = BaseCompressor.load_from_registry("nvfp4-pack-quantized")
+    return compressor.decompress(stored, config.config_groups["group_0"])["weight"]
+
+
+def test_the_library_decodes_a_fresh_random_tensor_exactly_as_fp4ops():
+    x = torch.randn(256, 512, dtype=torch.bfloat16) * torch.rand(()) * 10
+    g = compressed_tensors_global_scale(fp4ops.amax(x) / torch.tensor(2688.0))
+    q = fp4ops.quantize_nvfp4(x, g)
+    theirs = library_decompress(quantized_tensors("", q, "compressed-tensors"))
+    assert theirs.dtype == torch.bfloat16
+    assert torch.equal(theirs.view(torch.int16), q.dequantize(torch.bfloat16).view(torch.int16))
+
+
+def test_an_amax_whose_global_scale_has_no_exact_reciprocal_moves_up_and_then_decodes_exactly():
+    # amax mantissa 1.1484375 (a bf16 value): with g = amax / 2688 some fp32 product of ours is a
+    # bf16 tie that no fp32 reciprocal reproduces.
+    amax = torch.tensor(1.1484375) * 2.0 ** torch.randint(-8, 8, ()).float()
+    g = amax / torch.tensor(2688.0)
+    assert exact_reciprocal(g) is None
+    moved = compressed_tensors_global_scale(g)
+    assert moved > g and exact_reciprocal(moved) is not None
+    x = torch.randn(256, 512) * amax / 4
+    q = fp4ops.quantize_nvfp4(x, moved)
+    theirs = library_decompress(quantized_tensors("", q, "compressed-tensors"))
+    assert torch.equal(theirs.view(torch.int16), q.dequantize(torch.bfloat16).view(torch.int16))
+    # Kept at g, with the plain reciprocal: the library decodes some values one bf16 ulp apart.
+    kept = fp4ops.quantize_nvfp4(x, g)
+    stored = {**quantized_tensors("", kept, "compressed-tensors"), "weight_global_scale": (torch.ones(()) / g).reshape(1)}
+    assert not torch.equal(library_decompress(stored), kept.dequantize(torch.bfloat16))
