@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 import fp4ops
 from fp4ops._fused_groups import fused_groups, is_router
 from fp4ops._checkpoint_layouts import compressed_tensors_global_scale, reciprocal_global_scale
-from fp4ops.checkpoint import load_quantized, quantize_checkpoint
+from fp4ops.checkpoint import load, load_quantized, quantize_checkpoint
 
 
 def small_checkpoint(path) -> dict:
@@ -299,3 +299,55 @@ def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
         assert os.listdir(dst) == ["keep.txt"]
         assert run_cli(src, dst, "--device", "cpu", "--force").returncode == 0
         assert "config.json" in os.listdir(dst) and "keep.txt" not in os.listdir(dst)
+
+
+def test_the_modelopt_layout_writes_hf_quant_config_and_the_matching_quantization_config(tmp_path):
+    src, dst = tmp_path / "model", tmp_path / "model-modelopt"
+    sharded_model_dir(src)
+    quantize_checkpoint(str(src), str(dst), "nvfp4", layout="modelopt", skip=("k_proj",), device="cpu",
+                        progress=False, log=lambda note: None)
+    hf_quant_config = json.loads((dst / "hf_quant_config.json").read_text())
+    excluded = ["lm_head", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.q_proj",
+                "model.layers.0.self_attn.v_proj", "model.layers.1.block_sparse_moe.gate"]
+    assert hf_quant_config == {"producer": {"name": "fp4ops", "version": fp4ops.__version__},
+                               "quantization": {"quant_algo": "W4A16_NVFP4", "group_size": 16,
+                                                "exclude_modules": excluded}}
+    config = json.loads((dst / "config.json").read_text())
+    assert config["quantization_config"] == {"quant_method": "modelopt", **hf_quant_config["quantization"]}
+
+
+def test_compressed_tensors_ignores_every_linear_left_dense(tmp_path):
+    src, dst = tmp_path / "model", tmp_path / "model-mxfp4"
+    sharded_model_dir(src)
+    save_file({"model.layers.2.odd.weight": torch.randn(8, 24)}, str(src / "model-00002-of-00002.safetensors"))
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {n: s for n, s in index["weight_map"].items() if s.endswith("00001-of-00002.safetensors")}
+    index["weight_map"]["model.layers.2.odd.weight"] = "model-00002-of-00002.safetensors"
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    quantize_checkpoint(str(src), str(dst), "mxfp4", device="cpu", progress=False)
+    config = json.loads((dst / "config.json").read_text())["quantization_config"]
+    assert config["format"] == "mxfp4-pack-quantized" and config["config_groups"]["group_0"]["weights"]["group_size"] == 32
+    assert config["ignore"] == ["lm_head", "model.layers.1.block_sparse_moe.gate", "model.layers.2.odd"]
+    assert not (dst / "hf_quant_config.json").exists()
+
+
+@pytest.mark.parametrize("fmt,layout", sorted(LAYOUT_TENSORS))
+def test_load_reads_a_quantized_model_directory_of_either_layout(tmp_path, fmt, layout):
+    src, dst = tmp_path / "model", tmp_path / "model-fp4"
+    original = sharded_model_dir(src)
+    quantize_checkpoint(str(src), str(dst), fmt, layout=layout, device="cpu", progress=False)
+    loaded = load(str(dst))
+    assert set(loaded) == set(original)
+    router = "model.layers.1.block_sparse_moe.gate.weight"
+    assert torch.equal(loaded[router], original[router])
+    for group in GROUPS:
+        amaxes = torch.stack([fp4ops.amax(original[name]) for name in group])
+        g = amaxes.amax() / torch.tensor(2688.0)
+        g = g if layout == "modelopt" else compressed_tensors_global_scale(g)
+        for name in group:
+            again = fp4ops.quantize_nvfp4(original[name], g) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(original[name])
+            q = loaded[name]
+            assert type(q) is type(again)
+            assert torch.equal(q.data, again.data) and torch.equal(q.scales.view(torch.uint8), again.scales.view(torch.uint8))
+            assert torch.equal(q.dequantize(torch.bfloat16), again.dequantize(torch.bfloat16))
+    assert load(str(dst / "model-00002-of-00002.safetensors")).keys() <= set(original)

@@ -19,7 +19,7 @@ gate/up, each expert's w1/w3: _fused_groups.py) are quantized or left dense toge
 NVFP4 share one global scale, from the group's joint amax, across shards. Each shard's metadata
 names the format and every 2-D weight left dense, with the reason. Tensors are read one at a
 time; the output goes to a temporary sibling of DST and is renamed into place at the end, with
-the modes the umask gives. `load_quantized` reads a quantized file back.
+the modes the umask gives. `load` reads a quantized file or directory (either layout) back.
 """
 
 from __future__ import annotations
@@ -323,6 +323,26 @@ def load_quantized(path: str, device="cpu") -> dict:
     from safetensors.torch import load_file
 
     return fold_quantized(load_file(path, device=str(device)))
+
+
+def load(path: str, device="cpu") -> dict:
+    """A quantized checkpoint back as {name: tensor}: a .safetensors file or a model directory (all
+    its shards), in the compressed-tensors or ModelOpt layout, ours or another tool's. Each
+    quantized weight becomes one NVFP4Tensor / MXFP4Tensor under `<module>.weight`; every other
+    tensor (dense weights, biases, norms, another tool's input scales) is returned as stored."""
+    from safetensors.torch import load_file
+
+    if os.path.isdir(path):
+        shards, _ = _input_shards(path)
+        files = list(shards.values())
+    elif os.path.isfile(path):
+        files = [path]
+    else:
+        raise ValueError(f"path: no such file or directory: {path!r}")
+    raw: dict[str, torch.Tensor] = {}
+    for file in files:  # merged first: a weight's scales may sit in another shard
+        raw.update(load_file(file, device=str(device)))
+    return fold_quantized(raw)
 
 
 def _layout_of(raw: dict, prefix: str) -> str | None:
