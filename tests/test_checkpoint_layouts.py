@@ -171,3 +171,42 @@ def test_minilm_real_weights_load_through_transformers(tmp_path, fmt):
     assert len(quantized) == 37
     for name in quantized:
         assert torch.equal(state[name], ours[name].dequantize(torch.bfloat16).float()), name
+
+
+@pytest.mark.parametrize(("fmt", "layout"), [("nvfp4", "compressed-tensors"), ("mxfp4", "compressed-tensors"),
+                                              ("nvfp4", "modelopt")])
+def test_replace_linears_runs_a_checkpoint_with_its_own_codes(tmp_path, fmt, layout):
+    """replace_linears(model, checkpoint=DST) on the original transformers model: every quantized
+    linear becomes an FP4Linear holding the checkpoint's codes and scales bit for bit (the
+    routers/skipped ones stay dense), and its output equals fp4ops.linear on the loaded weight."""
+    from fp4ops.checkpoint import load as load_checkpoint
+    from fp4ops.nn import FP4Linear, replace_linears
+
+    src, dst = tmp_path / "llama", tmp_path / f"llama-{fmt}"
+    tiny_llama(src)
+    quantize_checkpoint(str(src), str(dst), fmt, device="cpu", progress=False, layout=layout)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16)
+    swapped = replace_linears(model, checkpoint=dst)
+    stored = load_checkpoint(str(dst))
+    quantized = {name[: -len(".weight")] for name, t in stored.items() if hasattr(t, "scales")}
+    assert set(swapped) == quantized and len(swapped) == 2 * len(LINEARS)
+    for name in swapped:
+        module, q = model.get_submodule(name), stored[f"{name}.weight"]
+        assert isinstance(module, FP4Linear) and module.format == fmt
+        assert torch.equal(module.weight, q.data) and torch.equal(module.weight_scale.view(torch.uint8), q.scales.view(torch.uint8))
+        x = torch.randn(3, module.in_features, dtype=torch.bfloat16)
+        with torch.no_grad():
+            assert torch.equal(module(x), fp4ops.linear(x, q, module.bias))
+    assert isinstance(model.lm_head, torch.nn.Linear)
+    with torch.no_grad():
+        logits = model(torch.randint(0, 128, (2, 9))).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_replace_linears_refuses_a_checkpoint_of_another_shape(tmp_path):
+    from fp4ops.nn import replace_linears
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    q = fp4ops.quantize_nvfp4(torch.randn(16, 64))
+    with pytest.raises(ValueError, match=r"checkpoint: 0.weight has shape \(16, 64\), but the module is \[32, 64\]"):
+        replace_linears(model, checkpoint={"0.weight": q})

@@ -95,10 +95,20 @@ class FP4Linear(nn.Module):
                 f"format={self.format!r}, batch_invariant={self.batch_invariant}")
 
 
-def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head",), scale_rule: str = "floor") -> list[str]:
+def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head",), scale_rule: str = "floor",
+                    checkpoint=None) -> list[str]:
     """Swap every nn.Linear under `module` (in place) for an FP4Linear, except those whose
     qualified name contains one of `skip`, or whose in_features is not a multiple of the block.
-    Returns the names swapped."""
+    Returns the names swapped.
+
+    checkpoint: an FP4 checkpoint (a path that `fp4ops.checkpoint.load` reads, either layout, or the
+    dict it returns). Then the weights come from it instead of quantizing the module's: every
+    Linear whose `<name>.weight` is an FP4 tensor there becomes an FP4Linear holding exactly those
+    codes and scales (its format; `format`, `skip` and `scale_rule` are not used), with the
+    checkpoint's `<name>.bias` where it has one, else the module's bias. Linears stored dense stay
+    as they are."""
+    if checkpoint is not None:
+        return _replace_from_checkpoint(module, checkpoint)
     if format not in FORMATS:
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
     block = FORMATS[format][0]
@@ -109,5 +119,35 @@ def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head"
             if not isinstance(leaf, nn.Linear) or any(s in qualified for s in skip) or leaf.in_features % block:
                 continue
             setattr(child, child_name, FP4Linear.from_linear(leaf, format, scale_rule=scale_rule))
+            swapped.append(qualified)
+    return swapped
+
+
+def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
+    if isinstance(checkpoint, dict):
+        tensors = checkpoint
+    else:
+        from .checkpoint import load  # only here: reading checkpoints needs safetensors
+
+        tensors = load(str(checkpoint))
+    swapped = []
+    for name, child in list(module.named_modules()):
+        for child_name, leaf in list(child.named_children()):
+            qualified = f"{name}.{child_name}" if name else child_name
+            q = tensors.get(f"{qualified}.weight")
+            if not isinstance(leaf, nn.Linear) or not isinstance(q, (NVFP4Tensor, MXFP4Tensor)):
+                continue
+            if tuple(q.shape) != (leaf.out_features, leaf.in_features):
+                raise ValueError(f"checkpoint: {qualified}.weight has shape {tuple(q.shape)}, but the module is "
+                                 f"[{leaf.out_features}, {leaf.in_features}]")
+            device = leaf.weight.device
+            bias = tensors.get(f"{qualified}.bias", leaf.bias)
+            fp4 = FP4Linear(leaf.in_features, leaf.out_features, bias is not None,
+                            format="nvfp4" if isinstance(q, NVFP4Tensor) else "mxfp4", device=device,
+                            dtype=bias.dtype if bias is not None else leaf.weight.dtype)
+            fp4.load_quantized_weight(q)  # copy_ moves the codes and scales to the module's device
+            if bias is not None:
+                fp4.bias.data.copy_(bias.detach())
+            setattr(child, child_name, fp4)
             swapped.append(qualified)
     return swapped
