@@ -210,3 +210,45 @@ def test_replace_linears_refuses_a_checkpoint_of_another_shape(tmp_path):
     q = fp4ops.quantize_nvfp4(torch.randn(16, 64))
     with pytest.raises(ValueError, match=r"checkpoint: 0.weight has shape \(16, 64\), but the module is \[32, 64\]"):
         replace_linears(model, checkpoint={"0.weight": q})
+
+
+def test_load_reads_other_tools_w4a4_checkpoints_and_keeps_their_input_scales(tmp_path):
+    """Checkpoints as other tools write them for W4A4 (ModelOpt NVFP4 with `input_scale`,
+    compressed-tensors NVFP4 with `input_global_scale`): load folds each weight into an
+    NVFP4Tensor with the stored codes and scales, the decode global scale the layout means
+    (ModelOpt's `weight_scale_2` as is; compressed-tensors' reciprocal), keeps the activation
+    scales as stored, and replace_linears runs those weights."""
+    from safetensors.torch import save_file
+
+    from fp4ops.checkpoint import load as load_checkpoint
+    from fp4ops.nn import FP4Linear, replace_linears
+
+    w = torch.randn(32, 64)
+    q = fp4ops.quantize_nvfp4(w)
+    input_scale = torch.rand(()) + 0.5
+    modelopt = {"proj.weight": q.data, "proj.weight_scale": q.scales, "proj.weight_scale_2": q.global_scale.reshape(()),
+                "proj.input_scale": input_scale.reshape(())}
+    compressed = {"proj.weight_packed": q.data, "proj.weight_scale": q.scales,
+                  "proj.weight_global_scale": (1.0 / q.global_scale).reshape(1), "proj.input_global_scale": (1.0 / input_scale).reshape(1)}
+    for name, tensors in (("modelopt", modelopt), ("compressed", compressed)):
+        path = tmp_path / f"{name}.safetensors"
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+        loaded = load_checkpoint(str(path))
+        weight = loaded["proj.weight"]
+        assert isinstance(weight, fp4ops.NVFP4Tensor)
+        assert torch.equal(weight.data, q.data) and torch.equal(weight.scales.view(torch.uint8), q.scales.view(torch.uint8))
+        if name == "modelopt":
+            assert torch.equal(weight.global_scale.reshape(()), q.global_scale.reshape(()))
+            assert torch.equal(loaded["proj.input_scale"], input_scale.reshape(()))
+        else:
+            # The decode scale whose bf16 decode equals compressed-tensors' own: q's or an fp32 neighbour.
+            ratio = (weight.global_scale.double() / q.global_scale.double()).item()
+            assert abs(ratio - 1.0) < 2.0**-22
+            assert torch.equal(loaded["proj.input_global_scale"], (1.0 / input_scale).reshape(1))
+        model = torch.nn.Sequential()
+        model.add_module("proj", torch.nn.Linear(64, 32, bias=False))
+        assert replace_linears(model, checkpoint=loaded) == ["proj"]
+        assert isinstance(model.proj, FP4Linear)
+        x = torch.randn(5, 64, dtype=torch.bfloat16)
+        with torch.no_grad():
+            assert torch.equal(model(x), fp4ops.linear(x, weight))
