@@ -113,14 +113,20 @@ def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head"
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
     block = FORMATS[format][0]
     swapped = []
-    for name, child in list(module.named_modules()):
-        for child_name, leaf in list(child.named_children()):
-            qualified = f"{name}.{child_name}" if name else child_name
-            if not isinstance(leaf, nn.Linear) or any(s in qualified for s in skip) or leaf.in_features % block:
-                continue
-            setattr(child, child_name, FP4Linear.from_linear(leaf, format, scale_rule=scale_rule))
-            swapped.append(qualified)
+    for parent, child_name, qualified, leaf in _linears(module):
+        if any(s in qualified for s in skip) or leaf.in_features % block:
+            continue
+        setattr(parent, child_name, FP4Linear.from_linear(leaf, format, scale_rule=scale_rule))
+        swapped.append(qualified)
     return swapped
+
+
+def _linears(module: nn.Module):
+    """(parent, attribute name, qualified name, module) of every nn.Linear under `module`, listed
+    before any is swapped."""
+    return [(parent, child_name, f"{name}.{child_name}" if name else child_name, leaf)
+            for name, parent in list(module.named_modules()) for child_name, leaf in list(parent.named_children())
+            if isinstance(leaf, nn.Linear)]
 
 
 def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
@@ -131,23 +137,20 @@ def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
 
         tensors = load(str(checkpoint))
     swapped = []
-    for name, child in list(module.named_modules()):
-        for child_name, leaf in list(child.named_children()):
-            qualified = f"{name}.{child_name}" if name else child_name
-            q = tensors.get(f"{qualified}.weight")
-            if not isinstance(leaf, nn.Linear) or not isinstance(q, (NVFP4Tensor, MXFP4Tensor)):
-                continue
-            if tuple(q.shape) != (leaf.out_features, leaf.in_features):
-                raise ValueError(f"checkpoint: {qualified}.weight has shape {tuple(q.shape)}, but the module is "
-                                 f"[{leaf.out_features}, {leaf.in_features}]")
-            device = leaf.weight.device
-            bias = tensors.get(f"{qualified}.bias", leaf.bias)
-            fp4 = FP4Linear(leaf.in_features, leaf.out_features, bias is not None,
-                            format="nvfp4" if isinstance(q, NVFP4Tensor) else "mxfp4", device=device,
-                            dtype=bias.dtype if bias is not None else leaf.weight.dtype)
-            fp4.load_quantized_weight(q)  # copy_ moves the codes and scales to the module's device
-            if bias is not None:
-                fp4.bias.data.copy_(bias.detach())
-            setattr(child, child_name, fp4)
-            swapped.append(qualified)
+    for parent, child_name, qualified, leaf in _linears(module):
+        q = tensors.get(f"{qualified}.weight")
+        if not isinstance(q, (NVFP4Tensor, MXFP4Tensor)):
+            continue
+        if tuple(q.shape) != (leaf.out_features, leaf.in_features):
+            raise ValueError(f"checkpoint: {qualified}.weight has shape {tuple(q.shape)}, but the module is "
+                             f"[{leaf.out_features}, {leaf.in_features}]")
+        bias = tensors.get(f"{qualified}.bias", leaf.bias)
+        fp4 = FP4Linear(leaf.in_features, leaf.out_features, bias is not None,
+                        format="nvfp4" if isinstance(q, NVFP4Tensor) else "mxfp4", device=leaf.weight.device,
+                        dtype=bias.dtype if bias is not None else leaf.weight.dtype)
+        fp4.load_quantized_weight(q)  # copy_ moves the codes and scales to the module's device
+        if bias is not None:
+            fp4.bias.data.copy_(bias.detach())
+        setattr(parent, child_name, fp4)
+        swapped.append(qualified)
     return swapped
