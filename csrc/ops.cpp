@@ -57,4 +57,15 @@ TORCH_LIBRARY(fp4ops, m) {
   // dequantize + cuBLAS, so every row's result is independent of the others.
   m.def("linear(Tensor x, Tensor? x_scales, Tensor? x_global_scale, Tensor w_data, Tensor w_scales, "
         "Tensor? w_global_scale, Tensor? bias, ScalarType out_dtype, bool batch_invariant) -> Tensor");
+  // Fused producers (SPEC 7): the fp32 intermediate, then the plain quantizer of `format`
+  // ("nvfp4": global_scale is g, None derives it from the intermediate's amax on the device;
+  // "mxfp4": scale_rule). Returns (data, scales, g, ...): g is an empty tensor for MXFP4, and the
+  // new residual stream (rms_norm_quantize with a residual) and the fp32 intermediate
+  // (return_intermediate, for tests) are empty tensors when not asked for.
+  // rms_norm_quantize: x [..., H], weight [H], residual like x.
+  m.def("rms_norm_quantize(Tensor x, Tensor weight, float eps, Tensor? residual, str format, Tensor? global_scale, "
+        "str scale_rule, str scale_layout, bool return_intermediate) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // silu_mul_quantize: x [..., 2H] (gate, then up) -> the quantized [..., H].
+  m.def("silu_mul_quantize(Tensor x, str format, Tensor? global_scale, str scale_rule, str scale_layout, "
+        "bool return_intermediate) -> (Tensor, Tensor, Tensor, Tensor)");
 }

@@ -278,11 +278,17 @@ struct QuantizedOutputs {
   at::Tensor scales;
 };
 
+// For a tensor of logical shape `logical` [..., K] on the device of `options`.
+inline QuantizedOutputs allocate_quantized(at::IntArrayRef logical, const at::TensorOptions& options, int64_t block,
+                                           at::ScalarType scale_dtype, bool swizzled) {
+  const int64_t k = logical.back();
+  return {at::empty(with_last_dim(logical, k / 2), options.dtype(at::kByte)),
+          allocate_scales(logical, k / block, swizzled, options.dtype(scale_dtype))};
+}
+
 inline QuantizedOutputs allocate_quantized(const at::Tensor& x, int64_t block, at::ScalarType scale_dtype,
                                            bool swizzled) {
-  const int64_t k = x.size(-1);
-  return {at::empty(with_last_dim(x, k / 2), x.options().dtype(at::kByte)),
-          allocate_scales(x.sizes(), k / block, swizzled, x.options().dtype(scale_dtype))};
+  return allocate_quantized(x.sizes(), x.options(), block, scale_dtype, swizzled);
 }
 
 inline Mxfp4ScaleRule parse_scale_rule(const std::string& scale_rule) {

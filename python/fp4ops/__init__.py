@@ -23,6 +23,7 @@ from .ops import (  # noqa: E402
 )
 from .gemv import gemv  # noqa: E402
 from .linear import linear  # noqa: E402
+from .producers import rms_norm_quantize, silu_mul_quantize  # noqa: E402
 from .tensor import MXFP4Tensor, NVFP4Tensor  # noqa: E402
 from . import nn  # noqa: E402
 
@@ -40,6 +41,8 @@ __all__ = [
     "quantize_nvfp4",
     "quantize_nvfp4_rowwise_columnwise",
     "reference",
+    "rms_norm_quantize",
+    "silu_mul_quantize",
     "swizzle_scales",
     "unswizzle_scales",
 ]

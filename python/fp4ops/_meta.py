@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._formats import MXFP4_BLOCK, MXFP4_SCALE_DTYPE, NVFP4_BLOCK, NVFP4_SCALE_DTYPE
+from ._formats import FORMATS, MXFP4_BLOCK, MXFP4_SCALE_DTYPE, NVFP4_BLOCK, NVFP4_SCALE_DTYPE
 from ._shapes import packed_shape, scale_shape, swizzled_shape, unpacked_shape
 
 
@@ -86,3 +86,25 @@ def _gemv_fp4_fp4_fake(a_data, a_scales, a_global_scale, b_data, b_scales, b_glo
 @torch.library.register_fake("fp4ops::linear")
 def _linear_fake(x, x_scales, x_global_scale, w_data, w_scales, w_global_scale, bias, out_dtype, batch_invariant):
     return x.new_empty((x.shape[0], w_data.shape[0]), dtype=out_dtype)
+
+
+def _producer_outputs(x, logical, format, scale_layout):
+    block, scale_dtype = FORMATS[format]
+    g = x.new_empty((), dtype=torch.float32) if format == "nvfp4" else x.new_empty((0,), dtype=torch.float32)
+    return (x.new_empty(packed_shape(logical), dtype=torch.uint8),
+            x.new_empty(scale_shape(logical, block, scale_layout), dtype=scale_dtype), g)
+
+
+@torch.library.register_fake("fp4ops::rms_norm_quantize")
+def _rms_norm_quantize_fake(x, weight, eps, residual, format, global_scale, scale_rule, scale_layout,
+                            return_intermediate):
+    new_residual = x.new_empty(x.shape) if residual is not None else x.new_empty((0,))
+    intermediate = x.new_empty(x.shape if return_intermediate else (0,), dtype=torch.float32)
+    return (*_producer_outputs(x, x.shape, format, scale_layout), new_residual, intermediate)
+
+
+@torch.library.register_fake("fp4ops::silu_mul_quantize")
+def _silu_mul_quantize_fake(x, format, global_scale, scale_rule, scale_layout, return_intermediate):
+    logical = (*x.shape[:-1], x.shape[-1] // 2)
+    intermediate = x.new_empty(logical if return_intermediate else (0,), dtype=torch.float32)
+    return (*_producer_outputs(x, logical, format, scale_layout), intermediate)

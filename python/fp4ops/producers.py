@@ -1,0 +1,90 @@
+"""Fused producers (SPEC 7): RMSNorm (with an optional residual add) and SiLU-and-mul, straight
+into NVFP4 or MXFP4, without writing the bf16 activation in between.
+
+Each computes an fp32 intermediate in SPEC 7's order and quantizes it; the result is, bit for
+bit, `quantize_nvfp4` / `quantize_mxfp4` of that intermediate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import check_float_input, check_same_device, check_scale_layout, check_scale_rule, check_tensor, global_scale_tensor
+from ._formats import FORMATS
+from .tensor import MXFP4Tensor, NVFP4Tensor
+
+
+def _check_target(format, global_scale, scale_rule, scale_layout, x):
+    """(block, the global-scale tensor or None) for `format`; the options checked as the op does."""
+    if format not in FORMATS:
+        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    check_scale_rule(scale_rule)
+    check_scale_layout(scale_layout)
+    if format == "nvfp4" and scale_rule != "floor":
+        raise ValueError(f"scale_rule: {scale_rule!r} is an MXFP4 rule; NVFP4 block scales follow SPEC 2.3 "
+                         "(leave the default 'floor')")
+    if format == "mxfp4" and global_scale is not None:
+        raise ValueError("global_scale: MXFP4 has no global scale; pass None")
+    return FORMATS[format][0], global_scale_tensor(global_scale, x)
+
+
+def _check_width(width: int, block: int, format: str, what: str) -> None:
+    if width % block != 0:
+        raise ValueError(f"x: expected {what} to be a multiple of {block} (the {format.upper()} block), got {width}")
+
+
+def _wrap(format, data, scales, g, scale_layout):
+    if format == "nvfp4":
+        return NVFP4Tensor(data, scales, g, scale_layout)
+    return MXFP4Tensor(data, scales, scale_layout)
+
+
+@torch.no_grad()
+def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None,
+                      format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
+                      scale_layout: str = "linear"):
+    """Quantize rms_norm(x) * weight (x [..., H], weight [H]) to `format` in one pass.
+
+    With `residual` (x's shape and dtype): h = x + residual (rounded to x's dtype, as PyTorch's
+    add) is normalized instead, and (q, h) is returned: h is the new residual stream. Without: q.
+    global_scale (NVFP4): the decode scale g as in quantize_nvfp4; None derives it from the amax of
+    the normalized values on the device (two passes, no host sync); a given one (calibrated,
+    static: the serving case) is one pass. scale_rule is MXFP4's. SPEC 7 states the arithmetic.
+    """
+    check_float_input(x)
+    block, g = _check_target(format, global_scale, scale_rule, scale_layout, x)
+    _check_width(x.shape[-1], block, format, "the last dimension (the hidden size)")
+    check_float_input(weight, "weight")
+    if tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(f"weight: expected shape ({x.shape[-1]},) (x's last dimension), got {tuple(weight.shape)}")
+    check_same_device(weight, x, "weight", "x")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
+    if residual is not None:
+        check_tensor(residual, "residual")
+        if residual.dtype != x.dtype:
+            raise TypeError(f"residual: expected {x.dtype} (x's dtype), got {residual.dtype}")
+        if residual.shape != x.shape:
+            raise ValueError(f"residual: expected shape {tuple(x.shape)} (x's shape), got {tuple(residual.shape)}")
+        check_same_device(residual, x, "residual", "x")
+    data, scales, g_out, new_residual, _ = torch.ops.fp4ops.rms_norm_quantize(
+        x, weight, float(eps), residual, format, g, scale_rule, scale_layout, False)
+    q = _wrap(format, data, scales, g_out, scale_layout)
+    return q if residual is None else (q, new_residual)
+
+
+@torch.no_grad()
+def silu_mul_quantize(x: torch.Tensor, *, format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
+                      scale_layout: str = "linear"):
+    """Quantize silu(gate) * up to `format` in one pass, x [..., 2H] = gate then up (vLLM's and
+    Hugging Face's order); the result has logical shape [..., H]. global_scale, scale_rule and
+    scale_layout as in rms_norm_quantize. SPEC 7 states the arithmetic."""
+    check_float_input(x)
+    block, g = _check_target(format, global_scale, scale_rule, scale_layout, x)
+    if x.shape[-1] % 2 != 0:
+        raise ValueError(f"x: expected an even last dimension (gate, then up), got {x.shape[-1]}")
+    _check_width(x.shape[-1] // 2, block, format, "half the last dimension (the gate and up width H)")
+    data, scales, g_out, _ = torch.ops.fp4ops.silu_mul_quantize(x, format, g, scale_rule, scale_layout, False)
+    return _wrap(format, data, scales, g_out, scale_layout)
