@@ -19,12 +19,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-// The kernels read A and B with 16-byte vector loads: realign a misaligned view by copying it.
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
-}
-
 // The tensor-core kernel needs K in whole 128-element ranges, B's staged operands in shared memory
 // (K <= kMmaMaxK), scale rows aligned for its 8- or 4-byte copies and a batch count that fits
 // grid.y.

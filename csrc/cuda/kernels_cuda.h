@@ -37,4 +37,12 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
                   const std::optional<at::Tensor>& w_global_scale, const std::optional<at::Tensor>& bias,
                   at::ScalarType out_dtype, bool batch_invariant);
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_quantize(
+    const at::Tensor& x, const at::Tensor& weight, double eps, const std::optional<at::Tensor>& residual,
+    const std::string& format, const std::optional<at::Tensor>& global_scale, const std::string& scale_rule,
+    const std::string& scale_layout, bool return_intermediate);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
+    const at::Tensor& x, const std::string& format, const std::optional<at::Tensor>& global_scale,
+    const std::string& scale_rule, const std::string& scale_layout, bool return_intermediate);
+
 }  // namespace fp4ops::cuda

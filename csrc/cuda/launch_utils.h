@@ -65,6 +65,13 @@ inline bool is_aligned(const void* p, std::uintptr_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
+// t contiguous and 16-byte aligned, for kernels that read with 16-byte vector loads: a misaligned
+// view (a storage offset) is copied, which costs a copy only in that rare case.
+inline at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
+}
+
 // Grid for a grid-stride loop over `work_items`: `min_per_sm` blocks per SM (16: at least two
 // waves of 256-thread blocks, an SM holding at most 2048 threads, fewer by register use), never
 // more than the work needs, and more where a thread would otherwise take over `max_steps` items.

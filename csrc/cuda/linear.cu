@@ -86,12 +86,6 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
 
-// The kernels read with 16-byte (codes, x) and 8/4-byte (scales) copies: realign a misaligned view.
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return is_aligned(c.const_data_ptr(), 16) ? c : c.clone();
-}
-
 // An FP4 tensor in `dtype`, its NVFP4 global scale folded in (1 where it has none).
 at::Tensor dequantized(const at::Tensor& data, const at::Tensor& scales, const std::optional<at::Tensor>& global,
                        at::ScalarType dtype) {

@@ -16,4 +16,6 @@ TORCH_LIBRARY_IMPL(fp4ops, CUDA, m) {
   m.impl("gemv_fp4_dense", &fp4ops::cuda::gemv_fp4_dense);
   m.impl("gemv_fp4_fp4", &fp4ops::cuda::gemv_fp4_fp4);
   m.impl("linear", &fp4ops::cuda::linear);
+  m.impl("rms_norm_quantize", &fp4ops::cuda::rms_norm_quantize);
+  m.impl("silu_mul_quantize", &fp4ops::cuda::silu_mul_quantize);
 }

@@ -1,0 +1,218 @@
+// Launchers of the fused producers (SPEC 7): checks, device guard, current stream. Nothing here
+// synchronizes with the host, so both ops can be captured in a CUDA graph.
+//
+// A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g takes two passes
+// (the first, behind zero_words_kernel as its programmatic dependent, only reduces the amax of y
+// and writes the new residual): g depends on every element of y, so no block can be encoded before
+// the whole tensor has been read once.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#include "../common/producer_checks.h"
+#include "kernels_cuda.h"
+#include "launch_utils.h"
+#include "producers_kernels.cuh"
+
+namespace fp4ops::cuda {
+
+namespace {
+
+constexpr int kSiluThreads = 256;
+constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
+
+int64_t next_power_of_two(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// The outputs every producer returns: codes and scales of `logical`, and g (NVFP4) or an empty
+// placeholder (MXFP4).
+struct ProducerOutputs {
+  QuantizedOutputs quantized;
+  at::Tensor g;
+};
+
+ProducerOutputs allocate_producer_outputs(at::IntArrayRef logical, const at::Tensor& x, const ProducerTarget& target) {
+  const at::ScalarType scale_dtype = target.nvfp4 ? at::kFloat8_e4m3fn : at::kFloat8_e8m0fnu;
+  return {allocate_quantized(logical, x.options(), target.block(), scale_dtype, target.swizzled),
+          target.nvfp4 ? at::empty({}, x.options().dtype(at::kFloat)) : empty_placeholder(x, at::kFloat)};
+}
+
+// Calls launch(source, pass) for the target: MXFP4 and a given g once; NVFP4 with its own g first
+// with an AmaxTarget (pass 0; behind the zeroing of its word), then with an Nvfp4Source reading
+// that amax (pass 1).
+template <typename Launch>
+void with_sources(const ProducerTarget& target, const std::optional<at::Tensor>& global_scale, ProducerOutputs& out,
+                  const at::Tensor& x, cudaStream_t stream, Launch&& launch) {
+  if (!target.nvfp4) return launch(Mxfp4Source{target.rule}, 1);
+  float* g_out = out.g.mutable_data_ptr<float>();
+  if (global_scale.has_value()) {
+    const at::Tensor given = global_scale->reshape({}).contiguous();
+    return launch(Nvfp4Source{given.const_data_ptr<float>(), false, g_out}, 1);
+  }
+  at::Tensor amax_value = at::empty({}, x.options().dtype(at::kFloat));
+  uint32_t* amax_bits = reinterpret_cast<uint32_t*>(amax_value.mutable_data_ptr<float>());
+  zero_words_kernel<<<1, 1, 0, stream>>>(amax_bits, 1);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch(AmaxTarget{amax_bits}, 0);
+  launch(Nvfp4Source{amax_value.const_data_ptr<float>(), true, g_out}, 1);
+}
+
+// With no rows there is nothing to launch, but g still has its value: the given one, or that of
+// an amax of 0 (SPEC 2.2: 1).
+void set_empty_global_scale(ProducerOutputs& out, const ProducerTarget& target,
+                            const std::optional<at::Tensor>& global_scale) {
+  if (!target.nvfp4) return;
+  if (global_scale.has_value()) {
+    out.g.copy_(global_scale->reshape({}));
+  } else {
+    out.g.fill_(1.0f);
+  }
+}
+
+// Launches `kernel` as the programmatic dependent of the amax zeroing (pass 0) or plainly.
+template <typename... KernelArgs, typename... Args>
+void launch_pass(int pass, void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
+                 Args&&... args) {
+  if (pass == 0) {
+    launch_dependent(kernel, grid, threads, stream, std::forward<Args>(args)...);
+  } else {
+    kernel<<<grid, threads, 0, stream>>>(std::forward<Args>(args)...);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_quantize(
+    const at::Tensor& x, const at::Tensor& weight, double eps, const std::optional<at::Tensor>& residual,
+    const std::string& format, const std::optional<at::Tensor>& global_scale, const std::string& scale_rule,
+    const std::string& scale_layout, bool return_intermediate) {
+  const ProducerTarget target = parse_producer_target(format, global_scale, scale_rule, scale_layout, x);
+  check_rms_norm_args(x, weight, eps, residual, target);
+  const int64_t hidden = x.size(-1);
+  TORCH_CHECK(hidden <= kRmsMaxRowThreads * kRmsSpan, "x: the CUDA kernel normalizes rows of at most ",
+              int_str(kRmsMaxRowThreads * kRmsSpan), " elements (a row is one thread block's), got ", int_str(hidden));
+  const LaunchDevice launch_device(x.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor input = aligned_contiguous(x);
+  const at::Tensor res = residual.has_value() ? aligned_contiguous(*residual) : at::Tensor();
+  // The weight as x's dtype or fp32 (exact); another 16-bit dtype is widened to fp32 first.
+  const bool weight_as_x = weight.scalar_type() == x.scalar_type();
+  const at::Tensor w = aligned_contiguous(weight_as_x ? weight : weight.to(at::kFloat));
+  ProducerOutputs out = allocate_producer_outputs(x.sizes(), x, target);
+  at::Tensor residual_out = residual.has_value() ? at::empty_like(input) : empty_placeholder(x, x.scalar_type());
+  at::Tensor y = return_intermediate ? at::empty(x.sizes(), x.options().dtype(at::kFloat)) : empty_placeholder(x, at::kFloat);
+  const int64_t rows = hidden == 0 ? 0 : x.numel() / hidden;
+  if (rows == 0) {
+    set_empty_global_scale(out, target, global_scale);
+    return {out.quantized.data, out.quantized.scales, out.g, residual_out, y};
+  }
+
+  const int row_threads = static_cast<int>(std::max<int64_t>(1, next_power_of_two(hidden) / kRmsSpan));
+  const int threads = std::max(row_threads, kRmsMinThreads);
+  const int64_t row_groups = (rows + threads / row_threads - 1) / (threads / row_threads);
+  const unsigned grid = grid_for(row_groups, 1, 8, 2048 / threads);
+  uint8_t* data = out.quantized.data.mutable_data_ptr<uint8_t>();
+  uint8_t* scales = static_cast<uint8_t*>(out.quantized.scales.mutable_data_ptr());
+  float* intermediate = return_intermediate ? y.mutable_data_ptr<float>() : nullptr;
+  dispatch_float_type(x.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto run = [&](auto weight_tag) {
+      using W = typename decltype(weight_tag)::type;
+      const RmsNormArgs<T, W> first_pass{
+          static_cast<const T*>(input.const_data_ptr()),
+          res.defined() ? static_cast<const T*>(res.const_data_ptr()) : nullptr,
+          res.defined() ? static_cast<T*>(residual_out.mutable_data_ptr()) : nullptr,
+          static_cast<const W*>(w.const_data_ptr()),
+          intermediate, rows, static_cast<int>(hidden), row_threads, static_cast<float>(eps)};
+      with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
+        using Source = decltype(source);
+        RmsNormArgs<T, W> args = first_pass;
+        if constexpr (std::is_same_v<Source, AmaxTarget>) {
+          args.intermediate = nullptr;
+          with_bool(res.defined(), [&](auto with_residual) {
+            launch_pass(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, AmaxTarget, LinearScales>,
+                        grid, threads, stream, args, source, data, scales, LinearScales{});
+          });
+          return;
+        } else {
+          // After an amax pass the residual add is done: normalize its output, h.
+          const bool after_amax = target.nvfp4 && !global_scale.has_value();
+          if (after_amax && res.defined()) {
+            args.x = args.residual_out;
+            args.residual = nullptr;
+            args.residual_out = nullptr;
+          }
+          with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
+            using Index = decltype(scale_index);
+            with_bool(args.residual != nullptr, [&](auto with_residual) {
+              launch_pass(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, Source, Index>,
+                          grid, threads, stream, args, source, data, scales, scale_index);
+            });
+          });
+        }
+      });
+    };
+    if (weight_as_x) {
+      run(TypeTag<T>{});
+    } else {
+      run(TypeTag<float>{});
+    }
+  });
+  return {out.quantized.data, out.quantized.scales, out.g, residual_out, y};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
+    const at::Tensor& x, const std::string& format, const std::optional<at::Tensor>& global_scale,
+    const std::string& scale_rule, const std::string& scale_layout, bool return_intermediate) {
+  const ProducerTarget target = parse_producer_target(format, global_scale, scale_rule, scale_layout, x);
+  check_silu_mul_args(x, target);
+  const LaunchDevice launch_device(x.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor input = aligned_contiguous(x);
+  const int64_t width = x.size(-1) / 2;
+  const std::vector<int64_t> logical = with_last_dim(x, width);
+  ProducerOutputs out = allocate_producer_outputs(logical, x, target);
+  at::Tensor y = return_intermediate ? at::empty(logical, x.options().dtype(at::kFloat)) : empty_placeholder(x, at::kFloat);
+  const int64_t rows = width == 0 ? 0 : x.numel() / (2 * width);
+  if (rows == 0) {
+    set_empty_global_scale(out, target, global_scale);
+    return {out.quantized.data, out.quantized.scales, out.g, y};
+  }
+  uint8_t* data = out.quantized.data.mutable_data_ptr<uint8_t>();
+  uint8_t* scales = static_cast<uint8_t*>(out.quantized.scales.mutable_data_ptr());
+  const auto args_for = [&](auto tag, int64_t block) {
+    using T = typename decltype(tag)::type;
+    const int64_t num_blocks = rows * width / block;
+    const bool small = num_blocks < (int64_t{1} << 32);
+    return SiluMulArgs<T>{static_cast<const T*>(input.const_data_ptr()),
+                          return_intermediate ? y.mutable_data_ptr<float>() : nullptr,
+                          num_blocks,
+                          width / block,
+                          FastDivU32::make(small ? static_cast<uint32_t>(width / block) : 1u),
+                          width};
+  };
+  dispatch_float_type(x.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
+      using Source = decltype(source);
+      SiluMulArgs<T> args = args_for(tag, target.block());
+      const unsigned grid = grid_for(args.num_blocks, kSiluThreads, kSiluMaxSteps);
+      if constexpr (std::is_same_v<Source, AmaxTarget>) {
+        args.intermediate = nullptr;
+        launch_pass(pass, silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, stream, args,
+                    source, data, scales, LinearScales{});
+      } else {
+        with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
+          launch_pass(pass, silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, stream,
+                      args, source, data, scales, scale_index);
+        });
+      }
+    });
+  });
+  return {out.quantized.data, out.quantized.scales, out.g, y};
+}
+
+}  // namespace fp4ops::cuda

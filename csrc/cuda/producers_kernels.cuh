@@ -1,0 +1,267 @@
+// Fused producers (SPEC 7): RMSNorm (+ residual add) and SiLU-and-mul, quantized to NVFP4 / MXFP4
+// in the same pass. Raw pointers, no torch headers.
+//
+// Each kernel computes the fp32 intermediate y with common/producers.h (the CPU kernels' own
+// functions) and hands it, block by block, to a sink: BlockQuantizer encodes a block exactly as
+// the plain quantizer encodes fp32 input (block_formats.h), AmaxReducer only takes its finite max
+// (the first pass of NVFP4 with its own global scale). So a fused result is, by construction, the
+// plain quantizer applied to y.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/producers.h"
+#include "quantize_kernels.cuh"
+
+namespace fp4ops::cuda {
+
+// RMSNorm: every thread owns 32 consecutive elements of a row (kRmsSpan). A row takes
+// row_threads = max(1, P / 32) threads (P the row padded to a power of two): thread t holds
+// [32 t, 32 t + 32), zeros past the row. Its pairwise tree over those 32 squares is a subtree of
+// SPEC 7's tree, so xor-shuffles (pairs of neighbouring threads, then pairs of pairs) and then the
+// same over the row's warps finish that very tree: addition is commutative, so both lanes of a
+// shuffle pair compute the same sum.
+constexpr int kRmsSpan = 32;
+constexpr int kRmsMaxRowThreads = 512;  // rows of up to 16384 elements
+constexpr int kRmsMinThreads = 128;     // per CTA: rows_per_cta = blockDim.x / row_threads
+
+// Where the blocks of y go. Both sinks take whole format blocks at their index in the row-major
+// block order of the output (block b covers elements [b * kBlock, (b + 1) * kBlock)).
+template <class Format, class ScaleIndex>
+struct BlockQuantizer {
+  static constexpr int kBlock = Format::kBlock;
+  Format format;
+  uint8_t* __restrict__ data;
+  uint8_t* __restrict__ scales;
+  ScaleIndex scale_index;
+
+  __device__ __forceinline__ void put(int64_t block, const float* y) const {
+    float v[kBlock];
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) v[i] = y[i];
+    const uint32_t m = max_abs_bits(v);  // >= kInfBits: a NaN or Inf in the block
+    const bool finite = m < kInfBits;
+    const BlockEncoding enc = format.encode(finite ? __uint_as_float(m) : 0.0f, finite);
+    uint32_t words[kBlock / 8];
+#pragma unroll
+    for (int w = 0; w < kBlock / 8; ++w) words[w] = encode_element_octet(enc, v + 8 * w);
+    uint2* out = reinterpret_cast<uint2*>(data + block * (kBlock / 2));  // 8-byte aligned: K % 16 == 0
+#pragma unroll
+    for (int w = 0; w < kBlock / 16; ++w) __stcs(out + w, make_uint2(words[2 * w], words[2 * w + 1]));
+    scales[scale_index.offset(block)] = static_cast<uint8_t>(enc.scale_code);
+  }
+  __device__ __forceinline__ void finish(uint32_t*) const {}
+};
+
+// The finite max of every block it is given, added to *out_bits (zeroed by the primary grid,
+// zero_words_kernel) with one atomicMax per CTA.
+struct AmaxReducer {
+  static constexpr int kBlock = kNvfp4Block;
+  uint32_t* out_bits;
+  uint32_t max_bits = 0;
+
+  __device__ __forceinline__ void put(int64_t, const float* y) {
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) max_bits = max(max_bits, __float_as_uint(finite_abs(y[i])));
+  }
+  // Every thread of the CTA calls this once, at the end (a CTA-wide reduction).
+  __device__ __forceinline__ void finish(uint32_t* scratch) const {
+    const uint32_t m = block_reduce_max(max_bits, scratch);
+    wait_for_primary_grid();
+    if (threadIdx.x == 0 && m != 0) atomicMax(out_bits, m);
+  }
+};
+
+// The sink a CTA uses, built at its start: NVFP4 tabulates its element multipliers (and block 0
+// publishes g, Nvfp4Source); MXFP4 is a rule; the amax pass is its output word. The caller
+// synchronizes before the first put.
+template <class ScaleIndex>
+__device__ __forceinline__ BlockQuantizer<Nvfp4TabulatedFormat, ScaleIndex> make_sink(
+    const Nvfp4Source& source, uint8_t* data, uint8_t* scales, const ScaleIndex& index, float* table) {
+  return {tabulate_source(source, table), data, scales, index};
+}
+template <class ScaleIndex>
+__device__ __forceinline__ BlockQuantizer<Mxfp4Format, ScaleIndex> make_sink(
+    const Mxfp4Source& source, uint8_t* data, uint8_t* scales, const ScaleIndex& index, float*) {
+  return {source.make(), data, scales, index};
+}
+struct AmaxTarget {
+  uint32_t* out_bits;
+};
+template <class ScaleIndex>
+__device__ __forceinline__ AmaxReducer make_sink(const AmaxTarget& target, uint8_t*, uint8_t*, const ScaleIndex&,
+                                                 float*) {
+  return {target.out_bits};
+}
+
+// y's fp32 values where a test asked for them (`intermediate` non-null): n floats at `out`,
+// 16-byte aligned (row starts are multiples of 16 elements).
+template <int kN>
+__device__ __forceinline__ void store_intermediate(float* out, const float (&y)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; i += 4) *reinterpret_cast<float4*>(out + i) = make_float4(y[i], y[i + 1], y[i + 2], y[i + 3]);
+}
+
+template <typename T, typename W>
+struct RmsNormArgs {
+  const T* __restrict__ x;         // [rows, hidden]
+  const T* __restrict__ residual;  // [rows, hidden], or null
+  T* __restrict__ residual_out;    // h = dtype(x + residual), where residual is set
+  const W* __restrict__ weight;    // [hidden]
+  float* __restrict__ intermediate;  // y [rows, hidden] for tests, or null
+  int64_t rows;
+  int hidden;       // a multiple of 16, at most kRmsMaxRowThreads * kRmsSpan
+  int row_threads;  // a power of two: max(1, next_pow2(hidden) / 32)
+  float eps;
+};
+
+// The sum of every thread's `s` over its row's row_threads threads, in SPEC 7's tree order (see
+// kRmsSpan). `partial` holds one float per warp; every CTA thread calls this (it synchronizes
+// where a row spans warps).
+__device__ __forceinline__ float row_tree_sum(float s, int row_threads, float* partial) {
+  const int lane = threadIdx.x % 32;
+  const int lanes = min(row_threads, 32);
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    if (offset < lanes) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
+  }
+  if (row_threads <= 32) return s;
+  const int warps = row_threads / 32, warp = threadIdx.x / 32;
+  __syncthreads();  // the previous row's reads of `partial` are done
+  if (lane == 0) partial[warp] = s;
+  __syncthreads();
+  s = lane < warps ? partial[warp / warps * warps + lane] : 0.0f;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    if (offset < warps) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
+  }
+  return __shfl_sync(0xFFFFFFFFu, s, 0);
+}
+
+// One launch: rows in groups of blockDim.x / row_threads per CTA, grid-stride. Source is
+// Nvfp4Source, Mxfp4Source or AmaxTarget (the first pass of NVFP4 with its own g, which also
+// writes the new residual; its second pass runs this kernel on that residual without one).
+template <typename T, typename W, bool kResidual, class Source, class ScaleIndex>
+__global__ void __launch_bounds__(kRmsMaxRowThreads) rms_norm_quantize_kernel(RmsNormArgs<T, W> args, Source source,
+                                                                              uint8_t* __restrict__ data,
+                                                                              uint8_t* __restrict__ scales,
+                                                                              ScaleIndex scale_index) {
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  __shared__ float partial[kRmsMaxRowThreads / 32];
+  __shared__ uint32_t scratch[32];
+  auto sink = make_sink(source, data, scales, scale_index, table);
+  __syncthreads();
+  using Sink = decltype(sink);
+
+  const int rows_per_cta = blockDim.x / args.row_threads;
+  const int group = threadIdx.x / args.row_threads;
+  const int first = (threadIdx.x % args.row_threads) * kRmsSpan;  // this thread's span of its row
+  const int valid = max(0, min(kRmsSpan, args.hidden - first));   // 0, 16 or 32
+  // The weight of this thread's span, once for all its rows.
+  float w[kRmsSpan] = {};
+#pragma unroll
+  for (int g = 0; g < kRmsSpan / 8; ++g) {
+    if (g * 8 < valid) {
+      widen8<W>(load_vec8<W, true>(args.weight + first, g), w + 8 * g);
+    }
+  }
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows;
+       row0 += static_cast<int64_t>(gridDim.x) * rows_per_cta) {
+    const int64_t row = row0 + group;
+    const int live = row < args.rows ? valid : 0;  // elements this thread handles in this row
+    const int64_t offset = row * args.hidden + first;
+    Vec8<T> h[kRmsSpan / 8];
+#pragma unroll
+    for (int g = 0; g < kRmsSpan / 8; ++g) {
+      if (g * 8 < live) {
+        h[g] = load_vec8<T, true>(args.x + offset, g);
+        if constexpr (kResidual) {
+          const Vec8<T> r = load_vec8<T, true>(args.residual + offset, g);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r.v[j])));
+          store_vec8(args.residual_out + offset + 8 * g, h[g]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(0.0f);
+      }
+    }
+    float v[kRmsSpan];
+#pragma unroll
+    for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
+    const float sum = row_tree_sum(pairwise_sum_of_squares(v), args.row_threads, partial);
+    const float rs = rms_inverse(sum, static_cast<float>(args.hidden), args.eps);
+    if (live > 0) {
+      float y[kRmsSpan];
+#pragma unroll
+      for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], y + 8 * g);
+#pragma unroll
+      for (int i = 0; i < kRmsSpan; ++i) y[i] = rms_normalized(y[i], rs, w[i]);
+      // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
+      // multiple of 32, so its live is 32.
+      const int64_t block = offset / Sink::kBlock;
+#pragma unroll
+      for (int b = 0; b < kRmsSpan / Sink::kBlock; ++b) {
+        if (b * Sink::kBlock < live) sink.put(block + b, y + b * Sink::kBlock);
+      }
+      if (args.intermediate != nullptr) {
+        float* out = args.intermediate + offset;
+        float lo[16], hi[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) lo[i] = y[i], hi[i] = y[16 + i];
+        store_intermediate(out, lo);
+        if (live > 16) store_intermediate(out + 16, hi);
+      }
+    }
+  }
+  sink.finish(scratch);
+}
+
+// SiLU-and-mul: grid-stride over the output's blocks of kBlock elements (the sink's block); block
+// u of row r reads gate elements [c, c + kBlock) and up elements [H + c, H + c + kBlock) of row r.
+template <typename T>
+struct SiluMulArgs {
+  const T* __restrict__ x;  // [rows, 2 * width]
+  float* __restrict__ intermediate;  // y [rows, width] for tests, or null
+  int64_t num_blocks;       // rows * width / kBlock
+  int64_t blocks_per_row;   // width / kBlock
+  FastDivU32 by_blocks_per_row;  // valid where num_blocks < 2^32
+  int64_t width;
+};
+
+template <typename T, class Source, class ScaleIndex>
+__global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
+                                         uint8_t* __restrict__ scales, ScaleIndex scale_index) {
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  __shared__ uint32_t scratch[32];
+  auto sink = make_sink(source, data, scales, scale_index, table);
+  __syncthreads();
+  constexpr int kBlock = decltype(sink)::kBlock;
+  const bool small = args.num_blocks < (int64_t{1} << 32);
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < args.num_blocks;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = small ? args.by_blocks_per_row.div(static_cast<uint32_t>(u)) : u / args.blocks_per_row;
+    const int64_t column = (u - row * args.blocks_per_row) * kBlock;
+    const T* gate = args.x + row * 2 * args.width + column;
+    Vec8<T> g_raw[kBlock / 8], u_raw[kBlock / 8];
+#pragma unroll
+    for (int g = 0; g < kBlock / 8; ++g) {
+      g_raw[g] = load_vec8<T, true>(gate, g);
+      u_raw[g] = load_vec8<T, true>(gate + args.width, g);
+    }
+    float y[kBlock], up[8];
+#pragma unroll
+    for (int g = 0; g < kBlock / 8; ++g) {
+      widen8<T>(g_raw[g], y + 8 * g);
+      widen8<T>(u_raw[g], up);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) y[8 * g + j] = silu_mul(y[8 * g + j], up[j]);
+    }
+    sink.put(u, y);
+    if (args.intermediate != nullptr) store_intermediate(args.intermediate + u * kBlock, y);
+  }
+  sink.finish(scratch);
+}
+
+}  // namespace fp4ops::cuda
