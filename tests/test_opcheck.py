@@ -30,6 +30,7 @@ def samples(device: str):
             ("quantize_nvfp4_recipe", (batched, torch.tensor(0.5, device=device), "swizzled", True, False, True, -1, None, 0)),
             ("quantize_nvfp4_recipe", (tall, None, "swizzled", False, True, False, -1, None, 0)),
             ("cast_to_e2m1", (x,)),
+            *producer_samples(x, batched),
         ]
         data = torch.randint(0, 256, (3, 32), dtype=torch.uint8, device=device)
         e4m3 = torch.randint(0, 0x7F, (3, 4), dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
@@ -56,6 +57,21 @@ def samples(device: str):
                 ("gemv_fp4_fp4", (mx[0], mx[1], None, b_mx[0], b_mx[1], None, torch.float32))]
         out += linear_samples(device)
     return out
+
+
+def producer_samples(x: torch.Tensor, batched: torch.Tensor):
+    """The fused producers on x [3, 64] and batched [2, 3, 32]: both formats and layouts, a weight
+    in x's dtype and in fp32, a residual, a given g, with and without the intermediate."""
+    g = torch.tensor(0.01, device=x.device)
+    w = torch.randn(64, device=x.device)
+    return [
+        ("rms_norm_quantize", (x, w.to(x.dtype), 1e-6, None, "nvfp4", None, "floor", "linear", False)),
+        ("rms_norm_quantize", (x, w, 1e-5, torch.randn_like(x), "mxfp4", None, "rceil", "swizzled", True)),
+        ("rms_norm_quantize", (batched, w[:32], 0.0, None, "nvfp4", g, "floor", "swizzled", True)),
+        ("silu_mul_quantize", (x, "nvfp4", None, "floor", "linear", True)),
+        ("silu_mul_quantize", (x, "mxfp4", None, "floor", "swizzled", False)),
+        ("silu_mul_quantize", (batched, "nvfp4", g, "floor", "linear", False)),
+    ]
 
 
 def linear_samples(device: str):

@@ -223,6 +223,150 @@ def scaled_mm_gemv(a, b, out_dtype: torch.dtype = torch.float16) -> torch.Tensor
 
 
 # ----------------------------------------------------------------------------------------------
+# Fused producers (SPEC 7): the fp32 intermediate of RMSNorm and of SiLU-and-mul, its float64
+# counterpart and bound, and the quantized result (the plain quantizers on the intermediate).
+
+
+def _tensor_like(value: float, like: torch.Tensor) -> torch.Tensor:
+    """`value` as an fp32 0-dim tensor on like's device (rounded to fp32 once). An operand that is
+    a tensor keeps PyTorch's CUDA kernels from rewriting a division as a multiplication by a
+    rounded reciprocal (see divide)."""
+    return torch.full((), value, dtype=torch.float32, device=like.device)
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _check_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> None:
+    if tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(f"weight: expected shape ({x.shape[-1]},), got {tuple(weight.shape)}")
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"residual: expected x's shape and dtype, got {tuple(residual.shape)} {residual.dtype}")
+
+
+def rms_norm_residual(x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """SPEC 7 RMSNorm step 1: h = x, or the fp32 sum x + residual rounded once to x's dtype."""
+    return x if residual is None else (x.float() + residual.float()).to(x.dtype)
+
+
+def pairwise_sum(v: torch.Tensor) -> torch.Tensor:
+    """SPEC 7 RMSNorm step 2's tree over the last dimension, in fp32: zero-padded to the next power
+    of two P, then neighbours added level by level (element 2i + element 2i+1), which is
+    tree(lo, n) = tree(lo, n/2) + tree(lo + n/2, n/2) evaluated from the leaves up."""
+    n = v.shape[-1]
+    v = torch.nn.functional.pad(v.float(), (0, _next_power_of_two(n) - n))
+    while v.shape[-1] > 1:
+        v = v[..., 0::2] + v[..., 1::2]
+    return v[..., 0]
+
+
+def rms_norm_intermediate(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                          residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """SPEC 7 RMSNorm steps 1-4 in fp32, one rounding per operation: (y fp32 [..., H], h in x's
+    dtype). x, residual [..., H]; weight [H] of any float dtype (widened exactly)."""
+    _check_rms_norm(x, weight, residual)
+    h = rms_norm_residual(x, residual)
+    hf = h.float()
+    hidden = hf.shape[-1]
+    ss = pairwise_sum(hf * hf).unsqueeze(-1)
+    mean = ss / _tensor_like(float(hidden), hf)  # H < 2^24: exact in fp32
+    # torch.sqrt on fp32 CPU tensors is not correctly rounded (its vectorized kernels are 1 ulp off
+    # for a good fraction of inputs); the float64 root rounded to fp32 is, since 53 >= 2 * 24 + 2.
+    root = torch.sqrt((mean + _tensor_like(eps, hf)).double()).float()  # e = fp32(eps)
+    rs = _tensor_like(1.0, hf) / root
+    y = (hf * rs) * weight.float()
+    return y, h
+
+
+def rms_norm_float64(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                     residual: torch.Tensor | None = None) -> torch.Tensor:
+    """SPEC 7 RMSNorm in float64 on the same h, w and e = fp32(eps): the bound's reference."""
+    _check_rms_norm(x, weight, residual)
+    h = rms_norm_residual(x, residual).double()
+    e = float(torch.tensor(eps, dtype=torch.float32))
+    rs = 1.0 / torch.sqrt((h * h).sum(-1, keepdim=True) / h.shape[-1] + e)
+    return h * rs * weight.double()
+
+
+def rms_norm_error_bound(y64: torch.Tensor, hidden: int) -> torch.Tensor:
+    """SPEC 7's RMSNorm tolerance: (log2(P) + 12) * 2^-25 * |y64|, P the next power of two >= H.
+    SPEC 7 states it where no square overflows or underflows (every nonzero |h_i| in [2^-60,
+    2^60]). It is relative only: a y that falls among fp32's subnormals (a tiny h_i times a small
+    weight) carries an absolute rounding error the bound does not cover."""
+    levels = _next_power_of_two(hidden).bit_length() - 1  # log2(P)
+    return (levels + 12) * 2.0**-25 * y64.abs()
+
+
+def _gate_up(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.shape[-1] % 2:
+        raise ValueError(f"x: expected an even last dimension (gate, then up), got {x.shape[-1]}")
+    width = x.shape[-1] // 2
+    return x[..., :width], x[..., width:]
+
+
+def silu_mul_intermediate(x: torch.Tensor) -> torch.Tensor:
+    """SPEC 7 SiLU-and-mul in fp32: (g / (1 + exp(-g))) * u, x [..., 2H] = gate then up. The
+    exponential is torch's, which matches neither kernel's bit for bit (SPEC 7 lets each platform
+    use its own): compare this with the kernels within silu_mul_error_bound, not exactly."""
+    gate, up = (t.float() for t in _gate_up(x))
+    denominator = _tensor_like(1.0, gate) + torch.exp(-gate)
+    return (gate / denominator) * up
+
+
+def silu_mul_float64(x: torch.Tensor) -> torch.Tensor:
+    gate, up = (t.double() for t in _gate_up(x))
+    return gate / (1.0 + torch.exp(-gate)) * up
+
+
+def silu_mul_error_bound(y64: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SPEC 7's SiLU-and-mul tolerance: 7 * 2^-24 * |y64| + 2^-118 * |u| (the second term covers
+    gates below about -87, where fp32's exp(-g) overflows and y becomes +-0). up: x[..., H:].
+    A subnormal y with |u| below about 2^-32 can miss it (its rounding error, up to 2^-150, is
+    larger than both terms)."""
+    return 7 * 2.0**-24 * y64.abs() + 2.0**-118 * up.double().abs()
+
+
+def quantize_intermediate(y: torch.Tensor, format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
+                          scale_layout: str = "linear"):
+    """The plain quantizer of `format` on an fp32 intermediate: (data, scales, g) for NVFP4,
+    (data, scales) for MXFP4, the scales swizzled (SPEC 4) when scale_layout is "swizzled"."""
+    if format == "nvfp4":
+        if scale_rule != "floor":
+            raise ValueError(f"scale_rule: {scale_rule!r} is an MXFP4 rule")
+        data, scales, g = quantize_nvfp4(y, global_scale)
+        out = [data, scales, g]
+    elif format == "mxfp4":
+        if global_scale is not None:
+            raise ValueError("global_scale: MXFP4 has no global scale")
+        out = list(quantize_mxfp4(y, scale_rule))
+    else:
+        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    if scale_layout == "swizzled":
+        out[1] = swizzle_scales(out[1])
+    elif scale_layout != "linear":
+        raise ValueError(f"scale_layout: expected 'linear' or 'swizzled', got {scale_layout!r}")
+    return tuple(out)
+
+
+def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, residual: torch.Tensor | None = None,
+                      format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
+                      scale_layout: str = "linear"):
+    """fp4ops.rms_norm_quantize's result as quantize_intermediate gives it; with a residual,
+    (that, h): h the new residual stream."""
+    y, h = rms_norm_intermediate(x, weight, eps, residual)
+    q = quantize_intermediate(y, format, global_scale, scale_rule, scale_layout)
+    return q if residual is None else (q, h)
+
+
+def silu_mul_quantize(x: torch.Tensor, format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
+                      scale_layout: str = "linear"):
+    """fp4ops.silu_mul_quantize's result, on torch's exp (so equal to a kernel's only where the
+    exponentials agree; the tests quantize the kernel's own intermediate for exact checks)."""
+    return quantize_intermediate(silu_mul_intermediate(x), format, global_scale, scale_rule, scale_layout)
+
+
+# ----------------------------------------------------------------------------------------------
 # Random Hadamard Transform (d = 16), the Transformer Engine NVFP4 recipe's rotation: each
 # 16-element group of the last dimension becomes x' = x H with H = diag(S) H16 / 4, H16 the
 # Sylvester Hadamard matrix and S a sign vector. H is orthogonal (H H^T = I, exactly in binary
