@@ -1,7 +1,8 @@
 """What users run today, timed beside fp4ops in the same run: the pure-PyTorch reference
 (`fp4ops.reference`) eagerly and under torch.compile, PyTorch's own fp8 casts, torchao's NVFP4/MX
-quantize (optional), and for the GEMV "dequantize then torch.matmul", a bf16 torch.matmul GEMV
-and torch._scaled_mm where the GPU has FP4 tensor cores."""
+quantize (optional), for the GEMV "dequantize then torch.matmul", a bf16 torch.matmul GEMV
+and torch._scaled_mm where the GPU has FP4 tensor cores, and for the fused producers the unfused
+sequence (PyTorch's bf16 RMSNorm or SiLU-and-mul, then a quantizer)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,23 @@ def dequantize_then_matmul(a, b: torch.Tensor) -> Callable[[], torch.Tensor]:
 
 def dense_matmul(w: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor]:
     return lambda: torch.matmul(w, b.unsqueeze(-1)).squeeze(-1)
+
+
+def norm_then_quantize(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                       quantize: Callable[[torch.Tensor], object]) -> Callable[[], object]:
+    """A model's RMSNorm without a fused producer: h = x + residual (the new residual stream),
+    PyTorch's rms_norm in x's dtype written out, then quantized; returns what rms_norm_quantize does."""
+    def call():
+        h = x if residual is None else x + residual
+        q = quantize(torch.nn.functional.rms_norm(h, (x.shape[-1],), weight, eps))
+        return q if residual is None else (q, h)
+    return call
+
+
+def silu_mul_then_quantize(x: torch.Tensor, quantize: Callable[[torch.Tensor], object]) -> Callable[[], object]:
+    """SiLU-and-mul without a fused producer: silu(gate) * up in x's dtype (x = gate, then up), then quantized."""
+    gate, up = x.chunk(2, dim=-1)
+    return lambda: quantize(torch.nn.functional.silu(gate) * up)
 
 
 def scaled_mm_skip(device: torch.device) -> str:

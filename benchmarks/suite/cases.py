@@ -20,7 +20,8 @@ import fp4ops
 from fp4ops import reference
 
 from . import peers
-from .baselines import Baselines, dense_matmul, dequantize_then_matmul, fp8_cast, fp8_widen, scaled_mm_skip
+from .baselines import (Baselines, dense_matmul, dequantize_then_matmul, fp8_cast, fp8_widen, norm_then_quantize,
+                        scaled_mm_skip, silu_mul_then_quantize)
 
 NVFP4_BYTES = 0.5 + 1 / 16  # per element: packed codes + one E4M3 scale per 16
 MXFP4_BYTES = 0.5 + 1 / 32
@@ -322,8 +323,181 @@ def _recipe_check(out, expected, options: dict) -> str:
     return "bitwise == CPU kernel, first 256 rows" + (" (rowwise copy only)" if partial else "")
 
 
+# ----------------------------------------------------------------------------------------------
+# Fused producers (SPEC 7): RMSNorm (optionally after a residual add) or SiLU-and-mul, straight
+# into NVFP4 / MXFP4. Each row's size is the output's rows x H (SiLU's x is rows x 2H), bf16 input.
+
+# Decode (1-64 rows, launch-bound: also timed by graph replay) to prefill rows at Llama-like
+# widths, and 16384 x 16384: 2^28 output elements, the bandwidth targets' size.
+PRODUCER_SHAPES = [(rows, hidden) for hidden in (4096, 8192, 16384) for rows in (1, 8, 64, 1024, 8192)]
+PRODUCER_SHAPES.append((16384, 16384))
+PRODUCER_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Producer:
+    op: str
+    kind: str  # "rms_norm" or "silu_mul"
+    format: str  # "nvfp4" or "mxfp4"
+    scale_given: bool = False  # NVFP4: a calibrated global scale (the serving case), else the op's own amax
+    residual: bool = False
+
+    @property
+    def plain(self) -> str:
+        """The op of the plain quantizer doing this producer's quantize step (its own rows)."""
+        if self.format == "mxfp4":
+            return "plain mxfp4 quantize (floor)"
+        return f"plain nvfp4 quantize ({'scale given' if self.scale_given else 'own amax'})"
+
+    def bytes_per_element(self, e: int) -> float:
+        """Per output element, each tensor counted once (docs/performance.md's convention): the
+        input's reads (RMSNorm x, with a residual also the residual read and the new residual
+        written; SiLU gate and up), a second read of the input for the own amax (two passes, as
+        the own-amax quantize row counts), codes and scales written. RMSNorm's weight is per call."""
+        read = e if self.kind == "rms_norm" else 2 * e
+        stream = read + (2 * e if self.residual else 0)
+        second = 0 if self.format == "mxfp4" or self.scale_given else (e if self.kind == "rms_norm" else read)
+        return stream + second + (NVFP4_BYTES if self.format == "nvfp4" else MXFP4_BYTES)
+
+
+PRODUCERS = [
+    Producer("rms_norm_quantize nvfp4 (scale given)", "rms_norm", "nvfp4", scale_given=True),
+    Producer("rms_norm_quantize nvfp4 + residual (scale given)", "rms_norm", "nvfp4", scale_given=True, residual=True),
+    Producer("rms_norm_quantize nvfp4 (own amax)", "rms_norm", "nvfp4"),
+    Producer("rms_norm_quantize mxfp4 (floor)", "rms_norm", "mxfp4"),
+    Producer("silu_mul_quantize nvfp4 (scale given)", "silu_mul", "nvfp4", scale_given=True),
+    Producer("silu_mul_quantize nvfp4 (own amax)", "silu_mul", "nvfp4"),
+    Producer("silu_mul_quantize mxfp4 (floor)", "silu_mul", "mxfp4"),
+]
+PRODUCER_PLAIN = {p.op: p.plain for p in PRODUCERS}  # the targets pair each producer with its plain quantizer
+
+
+def _intermediate(kind: str, x, weight, residual) -> torch.Tensor:
+    """The fp32 intermediate y as the producer's kernel computes it (the op's return_intermediate,
+    which the public wrappers do not expose); SPEC 7: the quantized output is the plain quantizer
+    of exactly this y."""
+    if kind == "rms_norm":
+        return torch.ops.fp4ops.rms_norm_quantize(x, weight, PRODUCER_EPS, residual, "nvfp4", None, "floor",
+                                                  "linear", True)[4]
+    return torch.ops.fp4ops.silu_mul_quantize(x, "nvfp4", None, "floor", "linear", True)[3]
+
+
+def _intermediate_verdict(kind: str, y_rows, x_rows, weight, r_rows) -> str:
+    """The sampled rows of the kernel's y against fp4ops.reference's SPEC 7 intermediate: RMSNorm's
+    order is fixed (bitwise, on either device), SiLU's exp is the platform's (SPEC 7's float64 bound)."""
+    if kind == "rms_norm":
+        want, _ = reference.rms_norm_intermediate(x_rows, weight, PRODUCER_EPS, r_rows)
+        _require(_same(y_rows, want), "RMSNorm intermediate != reference.rms_norm_intermediate")
+        return "; intermediate bitwise == reference"
+    y64 = reference.silu_mul_float64(x_rows)
+    bound = reference.silu_mul_error_bound(y64, x_rows[..., x_rows.shape[-1] // 2:])
+    _require(bool(((y_rows.double() - y64).abs() <= bound).all()), "SiLU-and-mul intermediate outside SPEC 7")
+    return "; intermediate within SPEC 7's bound"
+
+
+def _quantize(fmt: str, y: torch.Tensor, g):
+    """The plain quantizer of `fmt` (g: NVFP4's global scale, None for its own amax)."""
+    return fp4ops.quantize_nvfp4(y, g) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(y)
+
+
+def producer_cases(rows: int, hidden: int, device: torch.device, base: Baselines | None) -> list[Case]:
+    """Every producer on bf16 inputs with an output of rows x hidden, the plain quantizers on a
+    bf16 tensor of the output's shape, and (with `base`) the unfused sequences: PyTorch's bf16
+    rms_norm (after the residual add) or silu(gate) * up, then fp4ops' quantizer."""
+    dtype, e = torch.bfloat16, 2
+    x = torch.randn(rows, hidden, dtype=dtype, device=device)
+    residual = torch.randn_like(x)
+    weight = (1 + 0.1 * torch.randn(hidden, device=device)).to(dtype)  # near 1, as trained norms are
+    gate_up = torch.randn(rows, 2 * hidden, dtype=dtype, device=device)
+    numel = rows * hidden
+    picks = sample_rows(rows, device)
+    small = numel <= GRAPH_MAX_NUMEL
+
+    def case(op, impl, fn, nbytes, check):
+        return Case("producers", op, impl, "bfloat16", (rows, hidden), numel, nbytes, "copy", fn, check,
+                    graph=small, launches=impl == "fp4ops" and small)
+
+    def rows_of(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(rows, -1)[picks]
+
+    def quantized_check(q, want_rows, g, fmt) -> None:
+        """q bitwise == the reference quantizer of `want_rows` on the sampled rows."""
+        if fmt == "nvfp4":
+            _require(_same(q.global_scale, g), "NVFP4 global scale")
+            data, scales, _ = reference.quantize_nvfp4(want_rows, g)
+        else:
+            data, scales = reference.quantize_mxfp4(want_rows, "floor")
+        _require(_same(rows_of(q.data), data) and _same(rows_of(q.scales), scales), f"{fmt.upper()} codes or scales")
+
+    # Each producer's input (x, residual) by (kind, with a residual), and from its kernel's
+    # intermediate (1 GB of fp32 at 2^28, so one at a time) the sampled rows and the global scale
+    # amax(y) / 2688, computed by the reference: what the own-amax rows must find, and the
+    # calibrated scale the others take.
+    inputs = {("rms_norm", False): (x, None), ("rms_norm", True): (x, residual), ("silu_mul", False): (gate_up, None)}
+    sampled, scale_of = {}, {}
+    for key, (inp, res) in inputs.items():
+        y = _intermediate(key[0], inp, weight, res)
+        sampled[key], scale_of[key] = y[picks], reference.nvfp4_global_scale(reference.amax(y))
+        if key == ("rms_norm", False):
+            plain_input = y.to(dtype)  # the plain quantizers' bf16 tensor: RMSNorm's output, rounded
+        del y
+    plain_g = reference.nvfp4_global_scale(reference.amax(plain_input))
+
+    cases = []
+    for p in PRODUCERS:
+        key = (p.kind, p.residual)
+        (inp, res), g = inputs[key], scale_of[key]
+        given = g if p.scale_given else None
+        if p.kind == "rms_norm":
+            fn = lambda p=p, inp=inp, res=res, given=given: fp4ops.rms_norm_quantize(
+                inp, weight, PRODUCER_EPS, residual=res, format=p.format, global_scale=given)
+        else:
+            fn = lambda p=p, inp=inp, given=given: fp4ops.silu_mul_quantize(inp, format=p.format, global_scale=given)
+
+        def check(out, p=p, key=key, inp=inp, res=res, g=g) -> str:
+            q, new_residual = out if p.residual else (out, None)
+            if new_residual is not None:  # SPEC 7: bitwise what x + residual gives in PyTorch
+                _require(_same(rows_of(new_residual), inp[picks] + res[picks]), "new residual != x + residual")
+            quantized_check(q, sampled[key], g, p.format)
+            return ("bitwise == reference quantizer of its intermediate (sampled rows)"
+                    + _intermediate_verdict(p.kind, sampled[key], inp[picks], weight,
+                                            None if res is None else res[picks]))
+
+        nbytes = numel * p.bytes_per_element(e) + (hidden * e if p.kind == "rms_norm" else 0)
+        cases.append(case(p.op, "fp4ops", fn, nbytes, check))
+        if base is not None:
+            quantize = lambda y, p=p, given=given: _quantize(p.format, y, given)  # noqa: E731
+            unfused = (norm_then_quantize(inp, res, weight, PRODUCER_EPS, quantize) if p.kind == "rms_norm"
+                       else silu_mul_then_quantize(inp, quantize))
+            cases.append(case(p.op, _unfused_name(p), unfused, nbytes,
+                              lambda _: "timed only (rounds the activation to bf16 before quantizing)"))
+
+    # One plain quantizer per quantize step, on a bf16 tensor of the output's shape (the SiLU
+    # producers share them): what a producer's bandwidth is held to. Its bytes are RMSNorm's
+    # without the weight: one read of the input (two for the own amax), codes and scales written.
+    for p in PRODUCERS:
+        if p.kind != "rms_norm" or p.residual:
+            continue
+        given = plain_g if p.scale_given else None
+
+        def plain_check(q, p=p) -> str:
+            quantized_check(q, plain_input[picks], plain_g, p.format)
+            return "bitwise == reference (sampled rows)"
+
+        cases.append(case(p.plain, "fp4ops", lambda p=p, given=given: _quantize(p.format, plain_input, given),
+                          numel * p.bytes_per_element(e), plain_check))
+    return cases
+
+
+def _unfused_name(p: Producer) -> str:
+    first = {"rms_norm": "torch add + rms_norm" if p.residual else "torch rms_norm",
+             "silu_mul": "torch silu(gate) * up"}[p.kind]
+    return f"unfused: {first}, fp4ops quantize"
+
+
 def suite_groups(sizes: list[int], dtypes: list[torch.dtype], families: set[str], device: torch.device,
-                 base: Baselines, gemv_shapes: list[tuple[int, int, int]]) -> Iterator[tuple[str, Callable[[], list[Case]]]]:
+                 base: Baselines, gemv_shapes: list[tuple[int, int, int]],
+                 producer_shapes: list[tuple[int, int]]) -> Iterator[tuple[str, Callable[[], list[Case]]]]:
     """(label, builder) per input; builders run lazily so one input is alive at a time."""
     elementwise = {"amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts"}
     if families & elementwise:
@@ -341,3 +515,6 @@ def suite_groups(sizes: list[int], dtypes: list[torch.dtype], families: set[str]
         for log2 in sizes:
             if (1 << log2) >= 256 * 8192:
                 yield f"recipe 2^{log2}", lambda n=1 << log2: recipe_cases(n, device)
+    if "producers" in families:  # bf16 only: what a model's norms and MLPs feed a quantizer
+        for rows, hidden in producer_shapes:
+            yield f"producers {rows} x {hidden}", lambda r=rows, h=hidden: producer_cases(r, h, device, base)

@@ -3,6 +3,7 @@ repository root: `python -m benchmarks.suite --help`.
 
     python -m benchmarks.suite                      # every family, 2^20..2^28, three dtypes, baselines
     python -m benchmarks.suite --families gemv --sizes 26 28
+    python -m benchmarks.suite --families producers          # the fused producers alone
     python -m benchmarks.suite --report benchmarks/results/suite_h100.json [--readme README.md]
 
 A run prints the banner, the table and the targets, and writes under --out: suite_<gpu>.json
@@ -19,7 +20,7 @@ import torch
 
 from . import report, targets
 from .baselines import Baselines
-from .cases import GEMV_SHAPES
+from .cases import GEMV_SHAPES, PRODUCER_SHAPES
 from .runner import FAMILIES, SuiteConfig, run_suite
 
 
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                    default=["bfloat16", "float16", "float32"], help="input/output dtypes of the element-wise ops")
     p.add_argument("--gemv-shapes", nargs="+", metavar="M,K,L", default=None,
                    help="GEMV shapes (default: the three seed shapes and 16384,16384,1)")
+    p.add_argument("--producer-shapes", nargs="+", metavar="ROWS,H", default=None,
+                   help="fused producers' output shapes, bf16 (default: rows 1 8 64 1024 8192 x H 4096 8192 16384, "
+                        "and 16384,16384)")
     p.add_argument("--reps", type=int, default=30, help="timed calls per row (median)")
     p.add_argument("--no-eager", action="store_true", help="skip the eager reference baselines")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
@@ -46,12 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _shape(text: str) -> tuple[int, int, int]:
+def _shape(text: str, names: str = "M,K,L", flag: str = "--gemv-shapes") -> tuple[int, ...]:
+    """'7168,2048,4' -> (7168, 2048, 4): as many integers as `names` has."""
+    count = names.count(",") + 1
     try:
-        m, k, l = (int(v) for v in text.split(","))
+        values = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise SystemExit(f"--gemv-shapes: expected M,K,L (three integers), got {text!r}") from None
-    return m, k, l
+        values = ()
+    if len(values) != count:
+        raise SystemExit(f"{flag}: expected {names} ({count} integers), got {text!r}")
+    return values
 
 
 def _render(results: list[dict], out: str, tag: str | None, readme: str | None) -> None:
@@ -83,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     config = SuiteConfig(device=device, sizes=args.sizes, dtypes=[getattr(torch, d) for d in args.dtypes],
                          families=tuple(args.families), reps=args.reps,
                          gemv_shapes=[_shape(s) for s in args.gemv_shapes] if args.gemv_shapes else list(GEMV_SHAPES),
+                         producer_shapes=([_shape(s, "ROWS,H", "--producer-shapes") for s in args.producer_shapes]
+                                          if args.producer_shapes else list(PRODUCER_SHAPES)),
                          baselines=Baselines(eager=not args.no_eager, compiled=not args.no_compile,
                                              torchao=not args.no_torchao))
     tag = args.tag or report.gpu_tag({"banner": {"gpu": torch.cuda.get_device_name(device) if device.type == "cuda"
@@ -91,4 +101,6 @@ def main(argv: list[str] | None = None) -> None:
     result = run_suite(config)
     print(report.heading(result))
     print(report.table(result))
+    if producers := report.producers_table(result):
+        print(producers)
     _render([result], args.out, tag, args.readme)

@@ -9,7 +9,7 @@ import re
 from tabulate import tabulate
 
 from . import targets
-from .cases import DECODE_MAX_NUMEL
+from .cases import DECODE_MAX_NUMEL, PRODUCER_PLAIN
 from .targets import size_label
 
 README_BEGIN, README_END = "<!-- bench:headline:begin -->", "<!-- bench:headline:end -->"
@@ -42,6 +42,25 @@ def table(result: dict) -> str:
                                    "GB/s", "share of ceiling", "output check"], tablefmt="github")
 
 
+def producers_table(result: dict) -> str:
+    """Each fused producer against its unfused sequence (speed-up, cold and graph replay) and its
+    plain quantizer (% of copy, both); '' where the run has no producer rows."""
+    rows = []
+    order = list(PRODUCER_PLAIN)  # the producers in run order, each by size
+    pairs = sorted(targets.producer_pairs(result, sizes=None), key=lambda t: (order.index(t[0]["op"]), t[0]["numel"]))
+    for r, unfused, plain in pairs:
+        graph = (f"{unfused['us_graph'] / r['us_graph']:.2f}x" if unfused and unfused.get("us_graph")
+                 and r.get("us_graph") else "-")
+        rows.append([r["op"], size_label(r), _us(r["us"]), _us(unfused["us"]) if unfused else "-",
+                     f"{unfused['us'] / r['us']:.2f}x" if unfused else "-", graph, f"{r['pct']:.1f}%",
+                     f"{plain['pct']:.1f}%" if plain else "-", f"{plain['pct'] / r['pct']:.3f}" if plain else "-"])
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["producer (bf16 in)", "rows x H", "us (cold L2)", "unfused us", "speed-up",
+                                   "speed-up (graph replay)", "% of copy", "plain quantizer % of copy",
+                                   "plain / producer share"], tablefmt="github")
+
+
 def heading(result: dict) -> str:
     b = result["banner"]
     parts = result.get("parts") or [{"commit": b["commit"], "ceilings_GBps": result["ceilings_GBps"]}]
@@ -51,8 +70,12 @@ def heading(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
+    producers = producers_table(result)
     return (f"# Benchmark suite: {result['banner']['gpu']}\n\n{heading(result)}\n\n## Targets\n\n"
-            f"{targets.render(targets.evaluate(result))}\n\n## Every row\n\n{table(result)}\n")
+            f"{targets.render(targets.evaluate(result))}\n\n"
+            + (f"## Fused producers against the unfused sequence and the plain quantizer\n\n{producers}\n\n"
+               if producers else "")
+            + f"## Every row\n\n{table(result)}\n")
 
 
 def merge_by_gpu(results: list[dict]) -> list[dict]:
@@ -145,7 +168,7 @@ def headline(results: list[dict]) -> str:
         return f"{b['us'] / ours_us:.1f}x" if b else "-"
 
     picks = [(r["op"], r["dtype"], r["numel"]) for r in ordered(first["rows"]) if r["impl"] == "fp4ops" and "us" in r
-             and r["family"] != "nvfp4 recipe"  # the recipe options have their own table (docs/recipe.md)
+             and r["family"] not in ("nvfp4 recipe", "producers")  # these have their own tables
              and ((r["family"] != "gemv" and r["dtype"] == "bfloat16" and r["numel"] == 1 << 28)
                   or (r["family"] == "gemv" and r["numel"] == 1 << 28))]
     rows = []

@@ -11,10 +11,10 @@ import torch
 from tqdm import tqdm
 
 from .baselines import Baselines
-from .cases import GEMV_SHAPES, Case, suite_groups
+from .cases import GEMV_SHAPES, PRODUCER_SHAPES, Case, suite_groups
 from .harness import Timer, banner, banner_line, count_launches, measure_ceilings
 
-FAMILIES = ("amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts", "gemv", "nvfp4 recipe")
+FAMILIES = ("amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts", "gemv", "nvfp4 recipe", "producers")
 
 
 @dataclass
@@ -24,6 +24,7 @@ class SuiteConfig:
     dtypes: list[torch.dtype] = field(default_factory=lambda: [torch.bfloat16, torch.float16, torch.float32])
     families: tuple[str, ...] = FAMILIES
     gemv_shapes: list[tuple[int, int, int]] = field(default_factory=lambda: list(GEMV_SHAPES))  # (M, K, L)
+    producer_shapes: list[tuple[int, int]] = field(default_factory=lambda: list(PRODUCER_SHAPES))  # (rows, H)
     reps: int = 30
     baselines: Baselines = field(default_factory=Baselines)
     json_path: str | None = None
@@ -64,9 +65,10 @@ def run_suite(config: SuiteConfig) -> dict:
     print(banner_line(info, ceilings), flush=True)
     result = {"banner": info, "ceilings_GBps": ceilings, "rows": [],
               "config": {"sizes": config.sizes, "dtypes": [str(d).removeprefix("torch.") for d in config.dtypes],
-                         "families": list(config.families), "gemv_shapes": config.gemv_shapes, "reps": config.reps}}
+                         "families": list(config.families), "gemv_shapes": config.gemv_shapes,
+                         "producer_shapes": config.producer_shapes, "reps": config.reps}}
     groups = list(suite_groups(config.sizes, config.dtypes, set(config.families), config.device, config.baselines,
-                               config.gemv_shapes))
+                               config.gemv_shapes, config.producer_shapes))
     # fp4ops' rows first, for every input, then the baselines' (each input built anew): the
     # baselines' large temporaries and compiler worker processes cannot disturb fp4ops' timings.
     passes = [("fp4ops", lambda c: c.impl == "fp4ops"), ("baselines", lambda c: c.impl != "fp4ops")]

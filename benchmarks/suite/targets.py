@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cases import DECODE_MAX_NUMEL
+from .cases import DECODE_MAX_NUMEL, PRODUCER_PLAIN
 
 TARGET_SIZES = (1 << 26, 1 << 28)
 
@@ -37,7 +37,7 @@ def _rows(result: dict, *, op=None, impl="fp4ops", family=None, sizes=TARGET_SIZ
 def size_label(r: dict) -> str:
     if r["family"] == "gemv":
         return "(M, K, L) = ({}, {}, {})".format(*r["shape"])
-    if r["numel"] <= DECODE_MAX_NUMEL:
+    if r["numel"] <= DECODE_MAX_NUMEL or r["family"] == "producers":  # a producer's row length matters
         return " x ".join(map(str, r["shape"]))
     return f"2^{r['numel'].bit_length() - 1}"
 
@@ -94,6 +94,34 @@ def _gemv_against_read(result: dict) -> Target:
                                    share >= goal, worst))
 
 
+def producer_pairs(result: dict, sizes=TARGET_SIZES) -> list[tuple[dict, dict | None, dict | None]]:
+    """(producer row, its unfused sequence's row, its plain quantizer's row) per fused-producer
+    row of the run, the others None where not measured."""
+    by_op = {(r["op"], r["impl"].startswith("unfused"), tuple(r["shape"])): r
+             for r in _rows(result, family="producers", impl=None, sizes=sizes)}
+    return [(r, by_op.get((r["op"], True, tuple(r["shape"]))),
+             by_op.get((PRODUCER_PLAIN[r["op"]], False, tuple(r["shape"]))))
+            for r in _rows(result, family="producers", sizes=sizes) if r["op"] in PRODUCER_PLAIN]
+
+
+def _producers(result: dict) -> list[Target]:
+    """Fused producers: against the plain quantizer as a share of copy (a producer moves more bytes
+    than the quantizer alone, so the time ratio alone would not say whether it runs as well), and
+    against the unfused sequence as a speed-up."""
+    pairs = producer_pairs(result)
+    plain = [(p["pct"] / r["pct"], r, p) for r, _, p in pairs if p]
+    name = "fused producers: the plain quantizer's % of copy / the producer's"
+    if plain:
+        ratio, r, p = max(plain, key=lambda t: t[0])
+        target = Target(name, "<= 1.05", f"{ratio:.3f} ({r['pct']:.1f}% vs {p['pct']:.1f}% of copy; "
+                        f"time {r['us'] / p['us']:.2f}x)", _where(r), ratio <= 1.05, r)
+    else:
+        target = Target(name, "<= 1.05", "not measured", "", None)
+    unfused = _min_ratio("fused producers vs the unfused sequence (speed-up)", 1.8,
+                         [(u["us"] / r["us"], _where(r)) for r, u, _ in pairs if u])
+    return [target, unfused]
+
+
 def evaluate(result: dict) -> list[Target]:
     t = [
         _min_pct("amax, % of read", 95, _rows(result, op="amax")),
@@ -138,6 +166,7 @@ def evaluate(result: dict) -> list[Target]:
     pairs = [(dq[k]["us"] / r["us"], _where(r)) for r in _rows(result, op="gemv nvfp4 x bf16")
              if (k := ("nvfp4 x bf16", r["numel"], tuple(r["shape"]))) in dq]
     t.append(_min_ratio("GEMV vs dequantize + torch.matmul (speed-up)", 3.0, pairs))
+    t += _producers(result)
     every = [r for r in _rows(result, impl="fp4ops") if r["family"] != "nvfp4 recipe"]
     t.append(_min_pct("every fp4ops row (the H200 goal), % of its ceiling", 85, every))
     return t

@@ -1,7 +1,7 @@
 """The benchmark suite's code (benchmarks.suite) on the CPU: a tiny run end to end (every output check,
-the JSON, the Markdown, the plots), the check that stops a run on a wrong fp4ops output, the
-targets' arithmetic and the README update. The suite's numbers come from GPU runs; none of these
-tests time anything."""
+the JSON, the Markdown, the plots), the check that stops a run on a wrong fp4ops output, the fused
+producers' rows, bytes and checks, the targets' arithmetic and the README update. The suite's
+numbers come from GPU runs; none of these tests time anything."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("tqdm")
 
 from benchmarks.suite import main, report, targets  # noqa: E402
-from benchmarks.suite.cases import Case, Rotation, weight_copies  # noqa: E402
+from benchmarks.suite.cases import PRODUCERS, Case, Rotation, producer_cases, weight_copies  # noqa: E402
 from benchmarks.suite.harness import MEDIAN_LIMIT, MEDIAN_RULE_MIN_US, SPREAD_LIMIT, SPREAD_RETRIES, Timer, Timing, disturbed  # noqa: E402
 from benchmarks.suite.runner import CheckFailed, measure  # noqa: E402
 
@@ -26,8 +26,8 @@ from benchmarks.suite.runner import CheckFailed, measure  # noqa: E402
 def cpu_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     main(["--device", "cpu", "--sizes", "18", "--dtypes", "bfloat16", "float32", "--reps", "2", "--no-compile",
-          "--families", "amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts", "gemv",
-          "--gemv-shapes", "48,256,2", "--out", str(out), "--tag", "test"])
+          "--families", "amax", "nvfp4 quantize", "mxfp4 quantize", "dequantize", "casts", "gemv", "producers",
+          "--gemv-shapes", "48,256,2", "--producer-shapes", "1,256", "256,1024", "--out", str(out), "--tag", "test"])
     with open(out / "suite_test.json") as f:
         return out, json.load(f)
 
@@ -35,8 +35,9 @@ def cpu_run(tmp_path_factory):
 def test_cpu_run_checks_every_fp4ops_row(cpu_run):
     _, result = cpu_run
     ours = [r for r in result["rows"] if r["impl"] == "fp4ops"]
-    # 9 element-wise ops x (3 decode shapes + 2 dtypes at 2^18) + 4 GEMV kinds
-    assert len(ours) == 9 * 5 + 4
+    # 9 element-wise ops x (3 decode shapes + 2 dtypes at 2^18) + 4 GEMV kinds + (7 producers + 3 plain
+    # quantizers) x 2 shapes
+    assert len(ours) == 9 * 5 + 4 + 10 * 2
     for r in ours:
         assert r["us"] > 0 and r["check"].startswith(("bitwise ==", "within SPEC 5")), r
 
@@ -53,8 +54,53 @@ def test_cpu_run_writes_report_and_plots(cpu_run):
     out, result = cpu_run
     text = (out / "suite_test.md").read_text()
     assert "## Targets\n" in text and "nvfp4 quantize (own amax)" in text
-    for family in ("amax", "nvfp4_quantize", "mxfp4_quantize", "dequantize", "casts", "gemv"):
+    assert "## Fused producers against the unfused sequence and the plain quantizer\n" in text
+    for family in ("amax", "nvfp4_quantize", "mxfp4_quantize", "dequantize", "casts", "gemv", "producers"):
         assert (out / f"suite_test_{family}.png").stat().st_size > 1000
+
+
+def test_cpu_run_times_each_producer_against_unfused_and_plain(cpu_run):
+    _, result = cpu_run
+    producers = [r for r in result["rows"] if r["family"] == "producers"]
+    for shape in ([1, 256], [256, 1024]):
+        for p in PRODUCERS:
+            rows = {r["impl"]: r for r in producers if r["op"] == p.op and r["shape"] == shape}
+            assert "intermediate" in rows["fp4ops"]["check"], rows
+            unfused = [r for impl, r in rows.items() if impl.startswith("unfused")]
+            assert len(unfused) == 1 and unfused[0]["us"] > 0 and unfused[0]["bytes"] == rows["fp4ops"]["bytes"]
+            assert any(r["op"] == p.plain and r["shape"] == shape and r["us"] > 0 for r in producers)
+    assert all(r["shape"] in ([1, 256], [256, 1024]) for r in producers)
+
+
+def test_producer_bytes_per_element():
+    """docs/performance.md's convention on bf16 input: each tensor once, the own amax a second read."""
+    got = {p.op: p.bytes_per_element(2) for p in PRODUCERS}
+    assert got == {"rms_norm_quantize nvfp4 (scale given)": 2.5625,
+                   "rms_norm_quantize nvfp4 + residual (scale given)": 6.5625,  # + residual read, new one written
+                   "rms_norm_quantize nvfp4 (own amax)": 4.5625,
+                   "rms_norm_quantize mxfp4 (floor)": 2.53125,
+                   "silu_mul_quantize nvfp4 (scale given)": 4.5625,  # gate and up per output element
+                   "silu_mul_quantize nvfp4 (own amax)": 8.5625,
+                   "silu_mul_quantize mxfp4 (floor)": 4.53125}
+
+
+def test_producer_checks_catch_a_wrong_output():
+    """Each producer's check passes on the op's output and stops on one flipped code (row 0 is
+    always sampled), and on a wrong new residual."""
+    cases = [c for c in producer_cases(8, 256, torch.device("cpu"), None) if c.op in {p.op for p in PRODUCERS}]
+    assert len(cases) == len(PRODUCERS)
+    for case in cases:
+        out = case.fn()
+        assert case.check(out).startswith("bitwise ==")
+        q = out[0] if isinstance(out, tuple) else out
+        q.data[0, 0] ^= 1
+        with pytest.raises(AssertionError, match="codes or scales"):
+            case.check(out)
+        if isinstance(out, tuple):
+            out = case.fn()
+            out[1][0, 0] += 1
+            with pytest.raises(AssertionError, match="new residual"):
+                case.check(out)
 
 
 def test_wrong_fp4ops_output_stops_the_run():
@@ -147,6 +193,30 @@ def test_targets_arithmetic():
     assert compiled.measured == "1.45x" and compiled.met is False
 
 
+def test_producer_targets_against_the_plain_quantizer_and_the_unfused_sequence():
+    op = "rms_norm_quantize nvfp4 + residual (scale given)"
+    big = dict(family="producers", numel=8192 * 8192, shape=(8192, 8192))
+    rows = [{**_row(op, "fp4ops", 100.0, pct=88.0), **big},
+            {**_row(op, "unfused: torch add + rms_norm, fp4ops quantize", 190.0), **big},
+            {**_row("plain nvfp4 quantize (scale given)", "fp4ops", 40.0, pct=92.0), **big},
+            # decode rows are reported, not judged (the targets' sizes are 2^26 and 2^28)
+            {**_row(op, "fp4ops", 5.0, pct=1.0), "family": "producers", "numel": 4096, "shape": [1, 4096]},
+            {**_row(op, "unfused: torch add + rms_norm, fp4ops quantize", 6.0), "family": "producers", "numel": 4096,
+             "shape": [1, 4096]}]
+    got = {t.name: t for t in targets.evaluate({"rows": rows})}
+    plain = got["fused producers: the plain quantizer's % of copy / the producer's"]
+    assert plain.measured == "1.045 (88.0% vs 92.0% of copy; time 2.50x)" and plain.met is True  # 92 / 88
+    assert plain.worst == f"{op}, bfloat16, 8192 x 8192"
+    unfused = got["fused producers vs the unfused sequence (speed-up)"]
+    assert unfused.measured == "1.90x" and unfused.met is True
+    rows[1]["us"] = 170.0
+    assert {t.name: t for t in targets.evaluate({"rows": rows})}[unfused.name].met is False  # 1.7x
+    alone = {t.name: t for t in targets.evaluate({"rows": rows[:1]})}
+    assert alone[plain.name].met is None and alone[unfused.name].met is None  # nothing to compare: not a pass
+    table = report.producers_table({"rows": rows})
+    assert "1.20x" in table and "1 x 4096" in table and "92.0%" in table
+
+
 def test_gemv_target_is_a_share_of_the_same_runs_read_of_its_bytes():
     seed = dict(family="gemv", numel=7168 * 2048 * 4, shape=(7168, 2048, 4), dtype="nvfp4 x bf16")
     gemv = {**_row("gemv nvfp4 x bf16", "fp4ops", 20.0, pct=60.0), **seed}
@@ -206,6 +276,13 @@ def test_a_saved_merge_keeps_its_parts():
     again = report.merge_by_gpu([saved, res([3], "c")])[0]
     assert again["rows"] == [1, 2, 3] and [p["commit"] for p in again["parts"]] == ["a", "b", "c"]
     assert "3 run(s)" in report.heading(again)
+
+
+def test_shape_arguments_are_checked():
+    with pytest.raises(SystemExit, match="--producer-shapes: expected ROWS,H"):
+        main(["--device", "cpu", "--families", "producers", "--producer-shapes", "8,256,2"])
+    with pytest.raises(SystemExit, match="--gemv-shapes: expected M,K,L"):
+        main(["--device", "cpu", "--families", "gemv", "--gemv-shapes", "48,x,2"])
 
 
 def test_the_documented_command_runs_from_the_repository_root():
