@@ -26,17 +26,20 @@ constexpr int kRmsSpan = 32;
 constexpr int kRmsMaxRowThreads = 512;  // rows of up to 16384 elements
 constexpr int kRmsMinThreads = 128;     // per CTA: rows_per_cta = blockDim.x / row_threads
 
-// Where the blocks of y go. Both sinks take whole format blocks at their index in the row-major
-// block order of the output (block b covers elements [b * kBlock, (b + 1) * kBlock)).
-template <class Format, class ScaleIndex>
+// Where the blocks of y go. Both sinks take whole blocks of the format at their index in the
+// row-major block order of the output (block b covers elements [b * kBlock, (b + 1) * kBlock)).
+// The format is the kernel's own local (as in quantize_kernel), passed in by reference, not a
+// member: with the tabulated NVFP4 format held inside the sink next to SwizzledScales, nvcc lost
+// the shared-memory table's address (it loaded from address 0).
+template <class ScaleIndex>
 struct BlockQuantizer {
-  static constexpr int kBlock = Format::kBlock;
-  Format format;
   uint8_t* __restrict__ data;
   uint8_t* __restrict__ scales;
   ScaleIndex scale_index;
 
-  __device__ __forceinline__ void put(int64_t block, const float* y) const {
+  template <class Format>
+  __device__ __forceinline__ void put(const Format& format, int64_t block, const float* y) const {
+    constexpr int kBlock = Format::kBlock;
     float v[kBlock];
 #pragma unroll
     for (int i = 0; i < kBlock; ++i) v[i] = y[i];
@@ -54,16 +57,20 @@ struct BlockQuantizer {
   __device__ __forceinline__ void finish(uint32_t*) const {}
 };
 
-// The finite max of every block it is given, added to *out_bits (zeroed by the primary grid,
-// zero_words_kernel) with one atomicMax per CTA.
-struct AmaxReducer {
+// The first pass of NVFP4 with its own g: blocks of 16 only for their finite max, added to
+// *out_bits (zeroed by the primary grid, zero_words_kernel) with one atomicMax per CTA.
+struct AmaxTarget {
   static constexpr int kBlock = kNvfp4Block;
+  uint32_t* out_bits;
+};
+
+struct AmaxReducer {
   uint32_t* out_bits;
   uint32_t max_bits = 0;
 
-  __device__ __forceinline__ void put(int64_t, const float* y) {
+  __device__ __forceinline__ void put(const AmaxTarget&, int64_t, const float* y) {
 #pragma unroll
-    for (int i = 0; i < kBlock; ++i) max_bits = max(max_bits, __float_as_uint(finite_abs(y[i])));
+    for (int i = 0; i < AmaxTarget::kBlock; ++i) max_bits = max(max_bits, __float_as_uint(finite_abs(y[i])));
   }
   // Every thread of the CTA calls this once, at the end (a CTA-wide reduction).
   __device__ __forceinline__ void finish(uint32_t* scratch) const {
@@ -73,25 +80,27 @@ struct AmaxReducer {
   }
 };
 
-// The sink a CTA uses, built at its start: NVFP4 tabulates its element multipliers (and block 0
-// publishes g, Nvfp4Source); MXFP4 is a rule; the amax pass is its output word. The caller
-// synchronizes before the first put.
+// A CTA's format: NVFP4 tabulates its element multipliers in `table` (and block 0 publishes g,
+// Nvfp4Source); MXFP4 is a rule; the amax pass is its target. The caller synchronizes before the
+// first put.
+__device__ __forceinline__ Nvfp4TabulatedFormat make_format(const Nvfp4Source& source, float* table) {
+  return tabulate_source(source, table);
+}
+__device__ __forceinline__ Mxfp4Format make_format(const Mxfp4Source& source, float*) { return source.make(); }
+__device__ __forceinline__ AmaxTarget make_format(const AmaxTarget& target, float*) { return target; }
+
 template <class ScaleIndex>
-__device__ __forceinline__ BlockQuantizer<Nvfp4TabulatedFormat, ScaleIndex> make_sink(
-    const Nvfp4Source& source, uint8_t* data, uint8_t* scales, const ScaleIndex& index, float* table) {
-  return {tabulate_source(source, table), data, scales, index};
+__device__ __forceinline__ BlockQuantizer<ScaleIndex> make_sink(const Nvfp4Source&, uint8_t* data, uint8_t* scales,
+                                                                const ScaleIndex& index) {
+  return {data, scales, index};
 }
 template <class ScaleIndex>
-__device__ __forceinline__ BlockQuantizer<Mxfp4Format, ScaleIndex> make_sink(
-    const Mxfp4Source& source, uint8_t* data, uint8_t* scales, const ScaleIndex& index, float*) {
-  return {source.make(), data, scales, index};
+__device__ __forceinline__ BlockQuantizer<ScaleIndex> make_sink(const Mxfp4Source&, uint8_t* data, uint8_t* scales,
+                                                                const ScaleIndex& index) {
+  return {data, scales, index};
 }
-struct AmaxTarget {
-  uint32_t* out_bits;
-};
 template <class ScaleIndex>
-__device__ __forceinline__ AmaxReducer make_sink(const AmaxTarget& target, uint8_t*, uint8_t*, const ScaleIndex&,
-                                                 float*) {
+__device__ __forceinline__ AmaxReducer make_sink(const AmaxTarget& target, uint8_t*, uint8_t*, const ScaleIndex&) {
   return {target.out_bits};
 }
 
@@ -139,6 +148,33 @@ __device__ __forceinline__ float row_tree_sum(float s, int row_threads, float* p
   return __shfl_sync(0xFFFFFFFFu, s, 0);
 }
 
+// A thread's span of one row as loaded: x and, with a residual, r (zeros past the row and for a
+// row past the end). Loaded one row ahead of the one being normalized, so each thread keeps a
+// read in flight across its row's reductions and stores (the memory-level parallelism a row-
+// per-CTA kernel otherwise lacks).
+template <typename T, bool kResidual>
+struct RowSpan {
+  Vec8<T> x[kRmsSpan / 8];
+  Vec8<T> r[kResidual ? kRmsSpan / 8 : 1];
+};
+
+template <typename T, typename W, bool kResidual>
+__device__ __forceinline__ RowSpan<T, kResidual> load_span(const RmsNormArgs<T, W>& args, int64_t offset, int live) {
+  RowSpan<T, kResidual> span;
+#pragma unroll
+  for (int g = 0; g < kRmsSpan / 8; ++g) {
+    if (g * 8 < live) {
+      span.x[g] = load_vec8<T, true>(args.x + offset, g);
+      if constexpr (kResidual) span.r[g] = load_vec8<T, true>(args.residual + offset, g);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) span.x[g].v[j] = from_float<T>(0.0f);
+      if constexpr (kResidual) span.r[g] = span.x[g];
+    }
+  }
+  return span;
+}
+
 // One launch: rows in groups of blockDim.x / row_threads per CTA, grid-stride. Source is
 // Nvfp4Source, Mxfp4Source or AmaxTarget (the first pass of NVFP4 with its own g, which also
 // writes the new residual; its second pass runs this kernel on that residual without one).
@@ -150,41 +186,38 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads) rms_norm_quantize_kernel(Rm
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ float partial[kRmsMaxRowThreads / 32];
   __shared__ uint32_t scratch[32];
-  auto sink = make_sink(source, data, scales, scale_index, table);
+  const auto format = make_format(source, table);
+  auto sink = make_sink(source, data, scales, scale_index);
   __syncthreads();
-  using Sink = decltype(sink);
+  constexpr int kBlock = decltype(format)::kBlock;
 
   const int rows_per_cta = blockDim.x / args.row_threads;
   const int group = threadIdx.x / args.row_threads;
   const int first = (threadIdx.x % args.row_threads) * kRmsSpan;  // this thread's span of its row
   const int valid = max(0, min(kRmsSpan, args.hidden - first));   // 0, 16 or 32
-  // The weight of this thread's span, once for all its rows.
-  float w[kRmsSpan] = {};
+  // The weight of this thread's span, once for all its rows (as stored; widened where used).
+  Vec8<W> w[kRmsSpan / 8];
 #pragma unroll
   for (int g = 0; g < kRmsSpan / 8; ++g) {
-    if (g * 8 < valid) {
-      widen8<W>(load_vec8<W, true>(args.weight + first, g), w + 8 * g);
-    }
+    if (g * 8 < valid) w[g] = load_vec8<W, true>(args.weight + first, g);
   }
-  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows;
-       row0 += static_cast<int64_t>(gridDim.x) * rows_per_cta) {
-    const int64_t row = row0 + group;
-    const int live = row < args.rows ? valid : 0;  // elements this thread handles in this row
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * rows_per_cta;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_cta + group;
+  const auto live_in = [&](int64_t r) { return r < args.rows ? valid : 0; };
+  RowSpan<T, kResidual> span = load_span<T, W, kResidual>(args, row * args.hidden + first, live_in(row));
+  // The loop runs the same number of times in every thread of the CTA (row_tree_sum synchronizes).
+  for (int64_t row0 = row - group; row0 < args.rows; row0 += stride, row += stride) {
+    const int live = live_in(row);
     const int64_t offset = row * args.hidden + first;
+    const RowSpan<T, kResidual> next = load_span<T, W, kResidual>(args, offset + stride * args.hidden, live_in(row + stride));
     Vec8<T> h[kRmsSpan / 8];
 #pragma unroll
     for (int g = 0; g < kRmsSpan / 8; ++g) {
-      if (g * 8 < live) {
-        h[g] = load_vec8<T, true>(args.x + offset, g);
-        if constexpr (kResidual) {
-          const Vec8<T> r = load_vec8<T, true>(args.residual + offset, g);
+      h[g] = span.x[g];
+      if constexpr (kResidual) {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r.v[j])));
-          store_vec8(args.residual_out + offset + 8 * g, h[g]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(0.0f);
+        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(span.r[g].v[j])));
+        if (g * 8 < live) store_vec8(args.residual_out + offset + 8 * g, h[g]);
       }
     }
     float v[kRmsSpan];
@@ -192,28 +225,24 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads) rms_norm_quantize_kernel(Rm
     for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
     const float sum = row_tree_sum(pairwise_sum_of_squares(v), args.row_threads, partial);
     const float rs = rms_inverse(sum, static_cast<float>(args.hidden), args.eps);
-    if (live > 0) {
-      float y[kRmsSpan];
+    // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
+    // multiple of 32, so its live is 32.
 #pragma unroll
-      for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], y + 8 * g);
+    for (int b = 0; b < kRmsSpan / kBlock; ++b) {
+      if (b * kBlock < live) {
+        float y[kBlock], weight[kBlock];
 #pragma unroll
-      for (int i = 0; i < kRmsSpan; ++i) y[i] = rms_normalized(y[i], rs, w[i]);
-      // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
-      // multiple of 32, so its live is 32.
-      const int64_t block = offset / Sink::kBlock;
+        for (int g = 0; g < kBlock / 8; ++g) {
+          widen8<T>(h[b * kBlock / 8 + g], y + 8 * g);
+          widen8<W>(w[b * kBlock / 8 + g], weight + 8 * g);
+        }
 #pragma unroll
-      for (int b = 0; b < kRmsSpan / Sink::kBlock; ++b) {
-        if (b * Sink::kBlock < live) sink.put(block + b, y + b * Sink::kBlock);
-      }
-      if (args.intermediate != nullptr) {
-        float* out = args.intermediate + offset;
-        float lo[16], hi[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) lo[i] = y[i], hi[i] = y[16 + i];
-        store_intermediate(out, lo);
-        if (live > 16) store_intermediate(out + 16, hi);
+        for (int i = 0; i < kBlock; ++i) y[i] = rms_normalized(y[i], rs, weight[i]);
+        sink.put(format, (offset + b * kBlock) / kBlock, y);
+        if (args.intermediate != nullptr) store_intermediate(args.intermediate + offset + b * kBlock, y);
       }
     }
+    span = next;
   }
   sink.finish(scratch);
 }
@@ -235,9 +264,10 @@ __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uin
                                          uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
-  auto sink = make_sink(source, data, scales, scale_index, table);
+  const auto format = make_format(source, table);
+  auto sink = make_sink(source, data, scales, scale_index);
   __syncthreads();
-  constexpr int kBlock = decltype(sink)::kBlock;
+  constexpr int kBlock = decltype(format)::kBlock;
   const bool small = args.num_blocks < (int64_t{1} << 32);
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < args.num_blocks;
        u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -258,7 +288,7 @@ __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uin
 #pragma unroll
       for (int j = 0; j < 8; ++j) y[8 * g + j] = silu_mul(y[8 * g + j], up[j]);
     }
-    sink.put(u, y);
+    sink.put(format, u, y);
     if (args.intermediate != nullptr) store_intermediate(args.intermediate + u * kBlock, y);
   }
   sink.finish(scratch);

@@ -289,13 +289,17 @@ def rms_norm_float64(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     return h * rs * weight.double()
 
 
-def rms_norm_error_bound(y64: torch.Tensor, hidden: int) -> torch.Tensor:
-    """SPEC 7's RMSNorm tolerance: (log2(P) + 12) * 2^-25 * |y64|, P the next power of two >= H.
-    SPEC 7 states it where no square overflows or underflows (every nonzero |h_i| in [2^-60,
-    2^60]). It is relative only: a y that falls among fp32's subnormals (a tiny h_i times a small
-    weight) carries an absolute rounding error the bound does not cover."""
+def rms_norm_error_bound(y64: torch.Tensor, hidden: int, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """SPEC 7's RMSNorm tolerance: (log2(P) + 12) * 2^-25 * |y64| + 2^-149 * (1 + |w|), P the next
+    power of two >= H. SPEC 7 states it where no square overflows or underflows (every nonzero
+    |h_i| in [2^-60, 2^60]). The absolute term covers a y among fp32's subnormals (a tiny h_i
+    times a small weight), whose two roundings are absolute; without `weight` it is left out,
+    which is the stricter test wherever y is normal."""
     levels = _next_power_of_two(hidden).bit_length() - 1  # log2(P)
-    return (levels + 12) * 2.0**-25 * y64.abs()
+    bound = (levels + 12) * 2.0**-25 * y64.abs()
+    if weight is not None:
+        bound = bound + 2.0**-149 * (1 + weight.double().abs())
+    return bound
 
 
 def _gate_up(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,11 +324,10 @@ def silu_mul_float64(x: torch.Tensor) -> torch.Tensor:
 
 
 def silu_mul_error_bound(y64: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """SPEC 7's SiLU-and-mul tolerance: 7 * 2^-24 * |y64| + 2^-118 * |u| (the second term covers
-    gates below about -87, where fp32's exp(-g) overflows and y becomes +-0). up: x[..., H:].
-    A subnormal y with |u| below about 2^-32 can miss it (its rounding error, up to 2^-150, is
-    larger than both terms)."""
-    return 7 * 2.0**-24 * y64.abs() + 2.0**-118 * up.double().abs()
+    """SPEC 7's SiLU-and-mul tolerance: 7 * 2^-24 * |y64| + 2^-118 * |u| + 2^-149 (the second term
+    covers gates below about -87, where fp32's exp(-g) overflows and y becomes +-0; the third a
+    y among fp32's subnormals, whose last rounding is absolute). up: x[..., H:]."""
+    return 7 * 2.0**-24 * y64.abs() + 2.0**-118 * up.double().abs() + 2.0**-149
 
 
 def quantize_intermediate(y: torch.Tensor, format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
