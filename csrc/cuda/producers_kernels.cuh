@@ -148,41 +148,32 @@ __device__ __forceinline__ float row_tree_sum(float s, int row_threads, float* p
   return __shfl_sync(0xFFFFFFFFu, s, 0);
 }
 
-// A thread's span of one row as loaded: x and, with a residual, r (zeros past the row and for a
-// row past the end). Loaded one row ahead of the one being normalized, so each thread keeps a
-// read in flight across its row's reductions and stores (the memory-level parallelism a row-
-// per-CTA kernel otherwise lacks).
-template <typename T, bool kResidual>
-struct RowSpan {
-  Vec8<T> x[kRmsSpan / 8];
-  Vec8<T> r[kResidual ? kRmsSpan / 8 : 1];
-};
-
-template <typename T, typename W, bool kResidual>
-__device__ __forceinline__ RowSpan<T, kResidual> load_span(const RmsNormArgs<T, W>& args, int64_t offset, int live) {
-  RowSpan<T, kResidual> span;
+// Eight weights, through the cache: the weight is read by every row, so it stays in L1/L2.
+template <typename W>
+__device__ __forceinline__ void load_weights8(const W* __restrict__ weight, float* out) {
+  Vec8<W> raw;
+  const uint4* src = reinterpret_cast<const uint4*>(weight);
+  uint4* dst = reinterpret_cast<uint4*>(&raw);
 #pragma unroll
-  for (int g = 0; g < kRmsSpan / 8; ++g) {
-    if (g * 8 < live) {
-      span.x[g] = load_vec8<T, true>(args.x + offset, g);
-      if constexpr (kResidual) span.r[g] = load_vec8<T, true>(args.residual + offset, g);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) span.x[g].v[j] = from_float<T>(0.0f);
-      if constexpr (kResidual) span.r[g] = span.x[g];
-    }
-  }
-  return span;
+  for (int i = 0; i < static_cast<int>(sizeof(Vec8<W>) / 16); ++i) dst[i] = __ldg(src + i);
+  widen8<W>(raw, out);
 }
+
+// CTAs per SM the kernel is built for: two 512-thread CTAs (at most 64 registers a thread) where a
+// thread's work fits them (16-bit x, NVFP4's 16-element blocks, no residual), one otherwise. A row
+// is one CTA's and its threads meet twice per row (the sum of squares), so the SM overlaps one
+// CTA's loads with another's arithmetic only when it holds more than one. With a residual the
+// register cap cost more than the second CTA gained (docs/performance.md, "Fused producers").
+template <typename T, bool kResidual, class Source>
+constexpr int kRmsCtasPerSm = sizeof(T) == 2 && !kResidual && !std::is_same_v<Source, Mxfp4Source> ? 2 : 1;
 
 // One launch: rows in groups of blockDim.x / row_threads per CTA, grid-stride. Source is
 // Nvfp4Source, Mxfp4Source or AmaxTarget (the first pass of NVFP4 with its own g, which also
 // writes the new residual; its second pass runs this kernel on that residual without one).
 template <typename T, typename W, bool kResidual, class Source, class ScaleIndex>
-__global__ void __launch_bounds__(kRmsMaxRowThreads) rms_norm_quantize_kernel(RmsNormArgs<T, W> args, Source source,
-                                                                              uint8_t* __restrict__ data,
-                                                                              uint8_t* __restrict__ scales,
-                                                                              ScaleIndex scale_index) {
+__global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual, Source>)) rms_norm_quantize_kernel(
+    RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
+    ScaleIndex scale_index) {
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ float partial[kRmsMaxRowThreads / 32];
   __shared__ uint32_t scratch[32];
@@ -192,32 +183,28 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads) rms_norm_quantize_kernel(Rm
   constexpr int kBlock = decltype(format)::kBlock;
 
   const int rows_per_cta = blockDim.x / args.row_threads;
-  const int group = threadIdx.x / args.row_threads;
   const int first = (threadIdx.x % args.row_threads) * kRmsSpan;  // this thread's span of its row
   const int valid = max(0, min(kRmsSpan, args.hidden - first));   // 0, 16 or 32
-  // The weight of this thread's span, once for all its rows (as stored; widened where used).
-  Vec8<W> w[kRmsSpan / 8];
-#pragma unroll
-  for (int g = 0; g < kRmsSpan / 8; ++g) {
-    if (g * 8 < valid) w[g] = load_vec8<W, true>(args.weight + first, g);
-  }
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * rows_per_cta;
-  int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_cta + group;
-  const auto live_in = [&](int64_t r) { return r < args.rows ? valid : 0; };
-  RowSpan<T, kResidual> span = load_span<T, W, kResidual>(args, row * args.hidden + first, live_in(row));
   // The loop runs the same number of times in every thread of the CTA (row_tree_sum synchronizes).
-  for (int64_t row0 = row - group; row0 < args.rows; row0 += stride, row += stride) {
-    const int live = live_in(row);
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows;
+       row0 += static_cast<int64_t>(gridDim.x) * rows_per_cta) {
+    const int64_t row = row0 + threadIdx.x / args.row_threads;
+    const int live = row < args.rows ? valid : 0;  // elements this thread handles in this row
     const int64_t offset = row * args.hidden + first;
-    const RowSpan<T, kResidual> next = load_span<T, W, kResidual>(args, offset + stride * args.hidden, live_in(row + stride));
     Vec8<T> h[kRmsSpan / 8];
 #pragma unroll
     for (int g = 0; g < kRmsSpan / 8; ++g) {
-      h[g] = span.x[g];
-      if constexpr (kResidual) {
+      if (g * 8 < live) {
+        h[g] = load_vec8<T, true>(args.x + offset, g);
+        if constexpr (kResidual) {
+          const Vec8<T> r = load_vec8<T, true>(args.residual + offset, g);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(span.r[g].v[j])));
-        if (g * 8 < live) store_vec8(args.residual_out + offset + 8 * g, h[g]);
+          for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r.v[j])));
+          store_vec8(args.residual_out + offset + 8 * g, h[g]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(0.0f);
       }
     }
     float v[kRmsSpan];
@@ -230,19 +217,19 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads) rms_norm_quantize_kernel(Rm
 #pragma unroll
     for (int b = 0; b < kRmsSpan / kBlock; ++b) {
       if (b * kBlock < live) {
-        float y[kBlock], weight[kBlock];
+        float y[kBlock];
 #pragma unroll
         for (int g = 0; g < kBlock / 8; ++g) {
+          float weight[8];
+          load_weights8(args.weight + first + b * kBlock + 8 * g, weight);
           widen8<T>(h[b * kBlock / 8 + g], y + 8 * g);
-          widen8<W>(w[b * kBlock / 8 + g], weight + 8 * g);
-        }
 #pragma unroll
-        for (int i = 0; i < kBlock; ++i) y[i] = rms_normalized(y[i], rs, weight[i]);
+          for (int j = 0; j < 8; ++j) y[8 * g + j] = rms_normalized(y[8 * g + j], rs, weight[j]);
+        }
         sink.put(format, (offset + b * kBlock) / kBlock, y);
         if (args.intermediate != nullptr) store_intermediate(args.intermediate + offset + b * kBlock, y);
       }
     }
-    span = next;
   }
   sink.finish(scratch);
 }
