@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "fp4_format.h"
 
@@ -26,6 +27,13 @@ FP4OPS_HD float rms_inverse(float sum_of_squares, float hidden, float eps) {
 
 // SPEC 7 RMSNorm step 4: (h * rs) * w, normalized first, then weighted.
 FP4OPS_HD float rms_normalized(float h, float rs, float w) { return mul_rn(mul_rn(h, rs), w); }
+
+// The row length SPEC 7's tree is padded to (with zeros): the least power of two >= n.
+inline int64_t next_power_of_two(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
 
 // SPEC 7 RMSNorm step 2 on n = 2^k consecutive values (n >= 1): the squares, then pairs of
 // neighbours added level by level. This is the contract's tree restricted to an aligned

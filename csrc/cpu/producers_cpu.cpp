@@ -21,12 +21,6 @@ float tree_sum_of_squares(const float* h, int64_t count, int64_t lo, int64_t n) 
   return add_rn(tree_sum_of_squares(h, count, lo, n / 2), tree_sum_of_squares(h, count, lo + n / 2, n / 2));
 }
 
-int64_t next_power_of_two(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 // y [rows, H] fp32 from x (and residual: h = dtype(x + r), written to residual_out).
 template <typename scalar_t>
 void rms_norm_rows(const scalar_t* x, const scalar_t* residual, const float* weight, int64_t rows, int64_t hidden,

@@ -95,13 +95,7 @@ bool launch_mma(const GemvArgs& args, at::Tensor& out, cudaStream_t stream) {
   dispatch_float_type(out.scalar_type(), "out_dtype", [&](auto tag) {
     using OutT = typename decltype(tag)::type;
     const auto kernel = one_cta_per_sm ? gemv_mma_kernel_one_cta_per_sm<Format, BT, OutT> : gemv_mma_kernel<Format, BT, OutT>;
-    // Opt in to more than 48 KB of shared memory (once per kernel, device and size).
-    static std::array<std::array<std::atomic<size_t>, 64>, 2> opted_in_by_build{};
-    auto& opted_in = opted_in_by_build[one_cta_per_sm ? 1 : 0];
-    if (smem > 48 * 1024 && (static_cast<size_t>(device) >= opted_in.size() || opted_in[device].load() < smem)) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      if (static_cast<size_t>(device) < opted_in.size()) opted_in[device].store(smem);
-    }
+    allow_dynamic_smem(kernel, smem, device);
     // As many CTAs as are resident at once, shared among the batches, never more groups than
     // tiles: each group then streams an even share of its batch's tiles in one wave.
     int resident = resident_ctas(kernel, warps * 32, smem, device);

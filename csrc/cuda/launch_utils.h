@@ -105,6 +105,24 @@ inline int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device)
   return resident;
 }
 
+// Lets `kernel` launch with `smem` bytes of dynamic shared memory on `device`: past 48 KB of shared
+// memory in all (its static shared memory counts too) a kernel needs an opt-in, set once per
+// kernel and device (raised when a larger size comes).
+template <typename Kernel>
+inline void allow_dynamic_smem(Kernel kernel, size_t smem, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> allowed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& current = allowed[{reinterpret_cast<const void*>(kernel), device}];
+  if (current >= smem) return;
+  cudaFuncAttributes attributes{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  if (attributes.sharedSizeBytes + smem > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  current = smem;
+}
+
 // pdl_launch.cuh's programmatic dependent launch, with torch's error check.
 template <typename... KernelArgs, typename... Args>
 void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,

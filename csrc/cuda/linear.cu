@@ -10,8 +10,6 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
@@ -74,12 +72,7 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
     const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
     const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
     const size_t smem = Layout::smem_bytes(warps);
-    // Opt in to more than 48 KB of shared memory (once per kernel, device and size).
-    static std::array<std::atomic<size_t>, 64> opted_in{};
-    if (smem > 48 * 1024 && (device >= static_cast<int>(opted_in.size()) || opted_in[device].load() < smem)) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      if (device < static_cast<int>(opted_in.size())) opted_in[device].store(smem);
-    }
+    allow_dynamic_smem(kernel, smem, device);
     const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
     launch_dependent(kernel, grid, warps * 32, smem, stream, args);
   });

@@ -20,12 +20,6 @@ namespace {
 constexpr int kSiluThreads = 256;
 constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 
-int64_t next_power_of_two(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 // The outputs every producer returns: codes and scales of `logical`, and g (NVFP4) or an empty
 // placeholder (MXFP4).
 struct ProducerOutputs {
@@ -73,12 +67,12 @@ void set_empty_global_scale(ProducerOutputs& out, const ProducerTarget& target,
 
 // Launches `kernel` as the programmatic dependent of the amax zeroing (pass 0) or plainly.
 template <typename... KernelArgs, typename... Args>
-void launch_pass(int pass, void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
-                 Args&&... args) {
+void launch_pass(int pass, void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem,
+                 cudaStream_t stream, Args&&... args) {
   if (pass == 0) {
-    launch_dependent(kernel, grid, threads, stream, std::forward<Args>(args)...);
+    launch_dependent(kernel, dim3(grid), threads, smem, stream, std::forward<Args>(args)...);
   } else {
-    kernel<<<grid, threads, 0, stream>>>(std::forward<Args>(args)...);
+    kernel<<<grid, threads, smem, stream>>>(std::forward<Args>(args)...);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
@@ -113,7 +107,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
   const int row_threads = static_cast<int>(std::max<int64_t>(1, next_power_of_two(hidden) / kRmsSpan));
   const int threads = std::max(row_threads, kRmsMinThreads);
   const int64_t row_groups = (rows + threads / row_threads - 1) / (threads / row_threads);
-  const unsigned grid = grid_for(row_groups, 1, 8, 2048 / threads);
+  const int device = x.get_device();
+  // A persistent grid, at most as many CTAs as are resident at once: each stages its weights once.
+  const size_t smem = rms_smem_bytes(threads);
+  const auto launch_rows = [&](int pass, auto kernel, auto&&... kernel_args) {
+    allow_dynamic_smem(kernel, smem, device);
+    const int resident = resident_ctas(kernel, threads, smem, static_cast<size_t>(device));
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(row_groups, resident));
+    launch_pass(pass, kernel, grid, threads, smem, stream, kernel_args...);
+  };
   uint8_t* data = out.quantized.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.quantized.scales.mutable_data_ptr());
   float* intermediate = return_intermediate ? y.mutable_data_ptr<float>() : nullptr;
@@ -133,8 +135,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
         if constexpr (std::is_same_v<Source, AmaxTarget>) {
           args.intermediate = nullptr;
           with_bool(res.defined(), [&](auto with_residual) {
-            launch_pass(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, AmaxTarget, LinearScales>,
-                        grid, threads, stream, args, source, data, scales, LinearScales{});
+            launch_rows(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, AmaxTarget, LinearScales>,
+                        args, source, data, scales, LinearScales{});
           });
           return;
         } else {
@@ -148,8 +150,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
           with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
             using Index = decltype(scale_index);
             with_bool(args.residual != nullptr, [&](auto with_residual) {
-              launch_pass(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, Source, Index>,
-                          grid, threads, stream, args, source, data, scales, scale_index);
+              launch_rows(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, Source, Index>,
+                          args, source, data, scales, scale_index);
             });
           });
         }
@@ -202,11 +204,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       const unsigned grid = grid_for(args.num_blocks, kSiluThreads, kSiluMaxSteps);
       if constexpr (std::is_same_v<Source, AmaxTarget>) {
         args.intermediate = nullptr;
-        launch_pass(pass, silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, stream, args,
+        launch_pass(pass, silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, 0, stream, args,
                     source, data, scales, LinearScales{});
       } else {
         with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-          launch_pass(pass, silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, stream,
+          launch_pass(pass, silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, 0, stream,
                       args, source, data, scales, scale_index);
         });
       }

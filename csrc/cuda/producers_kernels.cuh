@@ -125,93 +125,130 @@ struct RmsNormArgs {
   float eps;
 };
 
-// The sum of every thread's `s` over its row's row_threads threads, in SPEC 7's tree order (see
-// kRmsSpan). `partial` holds one float per warp; every CTA thread calls this (it synchronizes
-// where a row spans warps).
-__device__ __forceinline__ float row_tree_sum(float s, int row_threads, float* partial) {
-  const int lane = threadIdx.x % 32;
-  const int lanes = min(row_threads, 32);
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    if (offset < lanes) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
-  }
-  if (row_threads <= 32) return s;
-  const int warps = row_threads / 32, warp = threadIdx.x / 32;
-  __syncthreads();  // the previous row's reads of `partial` are done
-  if (lane == 0) partial[warp] = s;
-  __syncthreads();
-  s = lane < warps ? partial[warp / warps * warps + lane] : 0.0f;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    if (offset < warps) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
-  }
-  return __shfl_sync(0xFFFFFFFFu, s, 0);
-}
+// A thread's weights, widened to fp32 once per CTA and kept in dynamic shared memory: quad k of
+// thread t at [k * blockDim.x + t], so a warp's reads are consecutive 16-byte words (no bank
+// conflicts). Only thread t reads what thread t wrote, so no barrier guards them. A thread keeps
+// the same columns for every row it normalizes (rows advance by whole row groups).
+constexpr int kRmsWeightQuads = kRmsSpan / 4;
+constexpr size_t rms_smem_bytes(int threads) { return static_cast<size_t>(threads) * kRmsSpan * sizeof(float); }
 
-// Eight weights, through the cache: the weight is read by every row, so it stays in L1/L2.
 template <typename W>
-__device__ __forceinline__ void load_weights8(const W* __restrict__ weight, float* out) {
-  Vec8<W> raw;
-  const uint4* src = reinterpret_cast<const uint4*>(weight);
-  uint4* dst = reinterpret_cast<uint4*>(&raw);
+__device__ __forceinline__ void stage_weights(const W* __restrict__ weight, int valid, float4* staged) {
 #pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(Vec8<W>) / 16); ++i) dst[i] = __ldg(src + i);
-  widen8<W>(raw, out);
+  for (int g = 0; g < kRmsSpan / 8; ++g) {
+    float w[8] = {};
+    if (g * 8 < valid) {
+      Vec8<W> raw;
+      const uint4* src = reinterpret_cast<const uint4*>(weight + 8 * g);
+      uint4* dst = reinterpret_cast<uint4*>(&raw);
+#pragma unroll
+      for (int i = 0; i < static_cast<int>(sizeof(Vec8<W>) / 16); ++i) dst[i] = __ldg(src + i);
+      widen8<W>(raw, w);
+    }
+    staged[(2 * g) * blockDim.x + threadIdx.x] = make_float4(w[0], w[1], w[2], w[3]);
+    staged[(2 * g + 1) * blockDim.x + threadIdx.x] = make_float4(w[4], w[5], w[6], w[7]);
+  }
 }
 
-// CTAs per SM the kernel is built for: two 512-thread CTAs (at most 64 registers a thread) where a
-// thread's work fits them (16-bit x, NVFP4's 16-element blocks, no residual), one otherwise. A row
-// is one CTA's and its threads meet twice per row (the sum of squares), so the SM overlaps one
-// CTA's loads with another's arithmetic only when it holds more than one. With a residual the
-// register cap cost more than the second CTA gained (docs/performance.md, "Fused producers").
-template <typename T, bool kResidual, class Source>
-constexpr int kRmsCtasPerSm = sizeof(T) == 2 && !kResidual && !std::is_same_v<Source, Mxfp4Source> ? 2 : 1;
+// This thread's 32 elements of a row (zeros past `live`), all loads issued before any is used:
+// whole spans (every thread but those at the end of a row that is no multiple of 32, or past the
+// last row) without per-group predicates.
+template <typename T>
+__device__ __forceinline__ void load_span(const T* __restrict__ p, int live, Vec8<T> (&out)[kRmsSpan / 8]) {
+  if (live == kRmsSpan) {
+#pragma unroll
+    for (int g = 0; g < kRmsSpan / 8; ++g) out[g] = load_vec8<T, true>(p, g);
+    return;
+  }
+#pragma unroll
+  for (int g = 0; g < kRmsSpan / 8; ++g) {
+    if (g * 8 < live) {
+      out[g] = load_vec8<T, true>(p, g);
+    } else {
+      uint4* words = reinterpret_cast<uint4*>(&out[g]);
+#pragma unroll
+      for (int i = 0; i < static_cast<int>(sizeof(Vec8<T>) / 16); ++i) words[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
 
-// One launch: rows in groups of blockDim.x / row_threads per CTA, grid-stride. Source is
-// Nvfp4Source, Mxfp4Source or AmaxTarget (the first pass of NVFP4 with its own g, which also
-// writes the new residual; its second pass runs this kernel on that residual without one).
+// rs of this thread's row: `s` (the thread's subtree) summed over the row's row_threads threads
+// in SPEC 7's tree order (see kRmsSpan), then rms_inverse. Within a warp, xor-shuffles; where a
+// row spans warps, the row's first warp finishes the tree over the warps' sums (`partial`, one
+// float per warp) and publishes rs (`row_rs`, one per row of the CTA); the other warps wait at the
+// barrier instead of repeating that work. Every CTA thread calls this once per row.
+template <typename T, typename W>
+__device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W>& args, float* partial, float* row_rs) {
+  const int lane = threadIdx.x % 32;
+  if (args.row_threads >= 32) {
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
+  } else {
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      if (offset < args.row_threads) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
+    }
+  }
+  const float hidden = static_cast<float>(args.hidden);
+  if (args.row_threads <= 32) return rms_inverse(s, hidden, args.eps);
+  const int warps = args.row_threads / 32, warp = threadIdx.x / 32;
+  if (lane == 0) partial[warp] = s;
+  __syncthreads();  // every warp's sum is in `partial`
+  if (warp % warps == 0) {
+    float t = lane < warps ? partial[warp + lane] : 0.0f;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      if (offset < warps) t = add_rn(t, __shfl_xor_sync(0xFFFFFFFFu, t, offset));
+    }
+    const float rs = rms_inverse(t, hidden, args.eps);
+    if (lane == 0) row_rs[warp / warps] = rs;
+  }
+  __syncthreads();  // rs is published; `partial` is free for the next row
+  return row_rs[warp / warps];
+}
+
+// CTAs per SM the kernel is built for: two 512-thread CTAs (at most 64 registers a thread) for
+// 16-bit x and NVFP4's 16-element blocks, with or without a residual; one otherwise (fp32 x, or
+// MXFP4's 32-element blocks, whose encoder holds a whole block). A row is one CTA's and its threads
+// meet twice per row, so the SM overlaps one CTA's loads with another's arithmetic only when it
+// holds several.
+template <typename T, bool kResidual, class Source>
+constexpr int kRmsCtasPerSm = sizeof(T) == 2 && !std::is_same_v<Source, Mxfp4Source> ? 2 : 1;
+
+// One launch: rows in groups of blockDim.x / row_threads per CTA, grid-stride; dynamic shared
+// memory rms_smem_bytes(blockDim.x), the weights. Source is Nvfp4Source, Mxfp4Source or
+// AmaxTarget (the first pass of NVFP4 with its own g, which also writes the new residual; its
+// second pass runs this kernel on that residual without one).
 template <typename T, typename W, bool kResidual, class Source, class ScaleIndex>
 __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual, Source>)) rms_norm_quantize_kernel(
     RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
+  extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ float partial[kRmsMaxRowThreads / 32];
+  __shared__ float row_rs[kRmsMaxRowThreads / 32];
   __shared__ uint32_t scratch[32];
   const auto format = make_format(source, table);
   auto sink = make_sink(source, data, scales, scale_index);
-  __syncthreads();
   constexpr int kBlock = decltype(format)::kBlock;
 
   const int rows_per_cta = blockDim.x / args.row_threads;
   const int first = (threadIdx.x % args.row_threads) * kRmsSpan;  // this thread's span of its row
   const int valid = max(0, min(kRmsSpan, args.hidden - first));   // 0, 16 or 32
-  // The loop runs the same number of times in every thread of the CTA (row_tree_sum synchronizes).
-  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows;
-       row0 += static_cast<int64_t>(gridDim.x) * rows_per_cta) {
-    const int64_t row = row0 + threadIdx.x / args.row_threads;
-    const int live = row < args.rows ? valid : 0;  // elements this thread handles in this row
-    const int64_t offset = row * args.hidden + first;
-    Vec8<T> h[kRmsSpan / 8];
-#pragma unroll
-    for (int g = 0; g < kRmsSpan / 8; ++g) {
-      if (g * 8 < live) {
-        h[g] = load_vec8<T, true>(args.x + offset, g);
-        if constexpr (kResidual) {
-          const Vec8<T> r = load_vec8<T, true>(args.residual + offset, g);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r.v[j])));
-          store_vec8(args.residual_out + offset + 8 * g, h[g]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(0.0f);
-      }
-    }
-    float v[kRmsSpan];
-#pragma unroll
-    for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
-    const float sum = row_tree_sum(pairwise_sum_of_squares(v), args.row_threads, partial);
-    const float rs = rms_inverse(sum, static_cast<float>(args.hidden), args.eps);
+  stage_weights(args.weight + first, valid, staged_weights);
+  __syncthreads();  // the format's table
+
+  // Rows advance by whole row groups (row0 is the CTA's group, the same in all its threads), so
+  // every thread runs each loop below the same number of times (row_rms_inverse synchronizes).
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
+  const int own_row = threadIdx.x / args.row_threads;
+  const auto live_in = [&](int64_t row0) { return row0 + own_row < args.rows ? valid : 0; };
+  const auto offset_of = [&](int64_t row0) { return (row0 + own_row) * args.hidden + first; };
+  // A row whose x (plus residual) is in h, with its rs: y block by block into the sink.
+  const auto normalize_row = [&](int64_t row0, float rs, const Vec8<T>(&h)[kRmsSpan / 8]) {
+    const int live = live_in(row0);
+    const int64_t offset = offset_of(row0);
+    const uint64_t first_block = static_cast<uint64_t>(offset) / kBlock;  // offset: a multiple of the block
     // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
     // multiple of 32, so its live is 32.
 #pragma unroll
@@ -219,17 +256,42 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
       if (b * kBlock < live) {
         float y[kBlock];
 #pragma unroll
-        for (int g = 0; g < kBlock / 8; ++g) {
-          float weight[8];
-          load_weights8(args.weight + first + b * kBlock + 8 * g, weight);
-          widen8<T>(h[b * kBlock / 8 + g], y + 8 * g);
+        for (int g = 0; g < kBlock / 8; ++g) widen8<T>(h[b * kBlock / 8 + g], y + 8 * g);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) y[8 * g + j] = rms_normalized(y[8 * g + j], rs, weight[j]);
+        for (int q = 0; q < kBlock / 4; ++q) {
+          const float4 w = staged_weights[(b * kBlock / 4 + q) * blockDim.x + threadIdx.x];
+          y[4 * q] = rms_normalized(y[4 * q], rs, w.x);
+          y[4 * q + 1] = rms_normalized(y[4 * q + 1], rs, w.y);
+          y[4 * q + 2] = rms_normalized(y[4 * q + 2], rs, w.z);
+          y[4 * q + 3] = rms_normalized(y[4 * q + 3], rs, w.w);
         }
-        sink.put(format, (offset + b * kBlock) / kBlock, y);
+        sink.put(format, static_cast<int64_t>(first_block) + b, y);
         if (args.intermediate != nullptr) store_intermediate(args.intermediate + offset + b * kBlock, y);
       }
     }
+  };
+
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows; row0 += row_step) {
+    const int live = live_in(row0);
+    const int64_t offset = offset_of(row0);
+    Vec8<T> h[kRmsSpan / 8];
+    load_span(args.x + offset, live, h);
+    if constexpr (kResidual) {
+      // Both operands' loads first: the stores of h may alias them as far as the compiler knows,
+      // so a load after a store would wait for it.
+      Vec8<T> r[kRmsSpan / 8];
+      load_span(args.residual + offset, live, r);
+#pragma unroll
+      for (int g = 0; g < kRmsSpan / 8; ++g) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r[g].v[j])));
+        if (g * 8 < live) store_vec8(args.residual_out + offset + 8 * g, h[g]);
+      }
+    }
+    float v[kRmsSpan];
+#pragma unroll
+    for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
+    normalize_row(row0, row_rms_inverse(pairwise_sum_of_squares(v), args, partial, row_rs), h);
   }
   sink.finish(scratch);
 }
