@@ -27,6 +27,11 @@ __device__ __forceinline__ void cp_async_small_or_zeros(uint32_t smem_dst, const
 }
 // Brings the line holding `p` into L2 (no register, no ordering: coherent with any later write).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
+// Brings `bytes` (a multiple of 16, from a 16-byte aligned `p`) into L2 in one bulk operation
+// (sm_90+: the tensor memory accelerator), holding no registers and no ordering, like prefetch_l2.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -39,6 +44,9 @@ __device__ __forceinline__ uint4 lds_128(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
+}
+__device__ __forceinline__ void sts_128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 __device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
   unsigned short v;

@@ -49,14 +49,47 @@ void with_column_tiles(int64_t rows, Fn&& fn) {
   return fn(std::integral_constant<int, 8>{});
 }
 
-// Each kernel runs as the programmatic dependent of the one before it (launch_dependent): dense x
-// past one column tile is permuted into the decoders' pairing (linear_permute_x_kernel) while the
-// linear kernel's CTAs start and prefetch their first weight steps, and the K ranges' sums are
-// added (linear_reduce_kernel) as the linear kernel's CTAs finish.
+// Resident x (LinearLayout::kXResident) where dense x has at most 8 rows and their K range fits
+// kResidentXBytes of shared memory (next to a ring of 36 KB for 8 warps: two CTAs per SM at
+// least). Both kernels add the same products in the same order, so the choice, made from M, does
+// not change any row's result.
+constexpr size_t kResidentXBytes = 64 * 1024;
+bool resident_x(const LinearArgs& args) {
+  return args.m <= 8 && static_cast<size_t>(args.m) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+}
+
+// Steps of each warp's range prefetched to L2 before the grid dependency wait: the whole grid's
+// prefetch kept to kPrefetchBytes of L2 (a fraction of it, so the layer before keeps its lines),
+// and at least the ring's first fill.
+int linear_prefetch_steps(int64_t n, int splits) {
+  constexpr int64_t kPrefetchBytes = 16 << 20;
+  return static_cast<int>(std::clamp<int64_t>(kPrefetchBytes / (n * splits * 64), kLinearStages - 1, 32));
+}
+
+template <class Format, typename XT, int kNt, bool kResident>
+void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
+  using Layout = LinearLayout<Format, XT, kNt, kResident>;
+  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident>;
+  const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
+  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
+  if constexpr (kResident) args.live_tokens = static_cast<int>(args.m);
+  const size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
+  allow_dynamic_smem(kernel, smem, device);
+  const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
+  launch_dependent(kernel, grid, warps * 32, smem, stream, args);
+}
+
+// Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
+// lets the one after it launch once all its CTAs run: dense x past one column tile is permuted
+// into the decoders' pairing (linear_permute_x_kernel) while the linear kernel's CTAs start and
+// prefetch their weight to L2, the reduction of the K ranges (linear_reduce_kernel) waits for the
+// linear kernel, and the next layer's kernel prefetches its own weight meanwhile.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor permuted;
+  bool resident = false;
   if constexpr (!std::is_same_v<XT, uint8_t>) {
+    resident = resident_x(args);
     if (args.m > 8) {  // LinearLayout::kXPermuted
       permuted = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
       const int64_t chunks = args.m * args.k / 8;
@@ -64,18 +97,13 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
                        static_cast<uint4*>(permuted.mutable_data_ptr()), chunks);
       args.x = permuted.const_data_ptr();
     }
+    if (resident) launch_linear_kernel<Format, XT, 1, true>(args, stream, device);
   }
-  with_column_tiles(args.m, [&](auto tiles_tag) {
-    constexpr int kNt = decltype(tiles_tag)::value;
-    using Layout = LinearLayout<Format, XT, kNt>;
-    const auto kernel = linear_mma_kernel<Format, XT, kNt>;
-    const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-    const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
-    const size_t smem = Layout::smem_bytes(warps);
-    allow_dynamic_smem(kernel, smem, device);
-    const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
-    launch_dependent(kernel, grid, warps * 32, smem, stream, args);
-  });
+  if (!resident) {
+    with_column_tiles(args.m, [&](auto tiles_tag) {
+      launch_linear_kernel<Format, XT, decltype(tiles_tag)::value, false>(args, stream, device);
+    });
+  }
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
 
@@ -159,6 +187,8 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   args.partials = splits > 1 ? partials.mutable_data_ptr<float>() : nullptr;
   args.out = out.mutable_data_ptr();
   args.out_type = out_type(out_dtype);
+  args.prefetch_steps = linear_prefetch_steps(n, splits);
+  args.range_steps = static_cast<int>((steps + splits - 1) / splits);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int device = x.get_device();

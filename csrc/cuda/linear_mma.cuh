@@ -14,7 +14,10 @@
 //
 // Per pipeline step (128 elements of K) each warp streams its 16 rows of codes and scales, and
 // the CTA the step's slice of x, through a ring of kLinearStages stages (cp.async; one commit
-// group per step; a CTA barrier per step, since the warps share x). Codes reach the lanes through
+// group per step; a CTA barrier per step, since the warps share x). With at most 8 rows of dense
+// x whose K range fits (resident x, linear.cu), the CTA instead stages its whole range of x once,
+// and each warp's ring holds only its own rows: no CTA barrier per step, no x copies per step.
+// Both read the same B values in the same order, so they give the same bits. Codes reach the lanes through
 // ldmatrix: lane (g, t) gets 32-bit word t (elements 8t .. 8t + 7) of each 32-element unit of
 // rows g and g + 8. Which element sits in which k-slot does not matter to a dot product as long
 // as B has the same order: B is read as the same 8 elements of each row of x and permuted into
@@ -62,6 +65,9 @@ struct LinearArgs {
   float* partials;          // [splits, M, N] when splits > 1
   void* out;                // [M, N]
   LinearOut out_type;
+  int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
+  int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
+  int live_tokens;          // resident x: rows of x staged (M <= 8)
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -112,7 +118,7 @@ struct LinearScaling<__nv_bfloat16> {
 // XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [W scales: warp][16
 // rows][blocks of the step], [x: token][one step] (dense: 256 bytes, units swizzled by the
 // token's parity; FP4: 64 bytes of codes padded to 80), [FP4 x scales: token][blocks of the step].
-template <class FormatT, typename XT, int kNt>
+template <class FormatT, typename XT, int kNt, bool kResident = false>
 struct LinearLayout {
   using Format = FormatT;
   using XType = XT;
@@ -123,6 +129,11 @@ struct LinearLayout {
   // Dense x arrives permuted into the decoders' pairing (linear_permute_x_kernel) for more than one
   // column tile; with one, each warp pairs its B registers itself (fewer instructions than a launch).
   static constexpr bool kXPermuted = !kFp4X && kNt > 1;
+  // Resident x (dense x, at most 8 rows): the CTA stages its whole K range of x once, paired, after
+  // the ring; the ring then carries only the weight, each warp waits for its own copies alone, and
+  // the steps need no CTA barrier (linear_stage_resident_x).
+  static constexpr bool kXResident = kResident;
+  static_assert(!kResident || (!kFp4X && kNt == 1), "resident x: dense x, one column tile");
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
   static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
@@ -130,15 +141,27 @@ struct LinearLayout {
   static constexpr int kXScaleBytes = kFp4X ? kTokens * kBlocksPerStep : 0;
   static constexpr size_t w_scales_offset(int warps) { return static_cast<size_t>(warps) * kWCodeBytes; }
   static constexpr size_t x_offset(int warps) { return w_scales_offset(warps) + static_cast<size_t>(warps) * kWScaleBytes; }
-  static constexpr size_t x_scales_offset(int warps) { return x_offset(warps) + kTokens * kXRowBytes; }
+  static constexpr size_t x_scales_offset(int warps) { return x_offset(warps) + (kXResident ? 0 : kTokens * kXRowBytes); }
   static constexpr size_t stage_bytes(int warps) { return x_scales_offset(warps) + kXScaleBytes; }
   static constexpr size_t smem_bytes(int warps) { return kLinearStages * stage_bytes(warps); }
+  // Resident x, after the ring: `tokens` rows of `range_steps` steps of 256 bytes.
+  static constexpr size_t resident_x_bytes(int tokens, int range_steps) {
+    return kXResident ? static_cast<size_t>(tokens) * range_steps * kLinearStepElems * 2 : 0;
+  }
+  // ... followed by one zeroed step, which lanes past M read.
+  static constexpr size_t resident_smem_bytes(int warps, int tokens, int range_steps) {
+    return smem_bytes(warps) + (kXResident ? resident_x_bytes(tokens, range_steps) + kLinearStepElems * 2 : 0);
+  }
 };
 
 // Byte offset of 16-byte unit `unit` (0..3) of weight row r (0..15) within a warp's stage codes.
 __device__ __forceinline__ uint32_t w_unit_offset(int r, int unit) { return r * 64 + ((unit ^ (r >> 1 & 3)) << 4); }
-// Byte offset of 16-byte chunk c (0..15) of dense x token row `token` within a stage's x.
-__device__ __forceinline__ uint32_t x_chunk_offset(int token, int c) { return token * 256 + ((c ^ (token & 1) << 2) << 4); }
+// Byte offset of 16-byte chunk c (0..15) of one step of dense x token row `token`, rows `stride`
+// bytes apart (a multiple of 256): the chunks of odd rows swap 64-byte halves, so that the eight
+// lanes of an LDS.128 phase (rows g, g + 1; chunks 4u .. 4u + 3) hit distinct banks.
+__device__ __forceinline__ uint32_t x_chunk_offset(int token, int c, uint32_t stride = 256) {
+  return token * stride + ((c ^ (token & 1) << 2) << 4);
+}
 
 // What one thread does in the CTA, fixed at the start.
 struct LinearThread {
@@ -148,26 +171,45 @@ struct LinearThread {
   int64_t step_begin, step_end;  // this CTA's K range, in steps
 };
 
-// Issues the copies of step `step` into the stage at `stage` (shared address): the warp's weight
-// rows (rows past N read row N - 1 and are never stored) and, from all threads, the CTA's slice of
-// x (rows past M are zeros).
+// A lane's share of its warp's weight copies, step after step: two 16-byte units of codes and, on
+// lanes 0-15, one row's block scales of the step. Sources advance by a step's bytes; destinations
+// are fixed offsets within a stage. Rows past N read row N - 1 (never stored).
 template <class Layout>
-__device__ __forceinline__ void linear_issue_step(const LinearArgs& args, const LinearThread& th, int64_t step,
-                                                  uint32_t stage) {
+struct LinearWeightCopies {
+  const uint8_t* codes[2];
+  const uint8_t* scales;
+  uint32_t codes_dst[2], scales_dst;
+
+  __device__ __forceinline__ LinearWeightCopies(const LinearArgs& args, const LinearThread& th) {
+    using Format = typename Layout::Format;
+    const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = th.lane + 32 * h, r = q >> 2, c = q & 3;
+      const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+      codes[h] = args.w_data + row * k_bytes + th.step_begin * 64 + c * 16;
+      codes_dst[h] = th.warp * Layout::kWCodeBytes + w_unit_offset(r, c);
+    }
+    const int r = th.lane % kLinearTileRows;
+    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+    scales = args.w_scales + row * k_blocks + th.step_begin * Layout::kBlocksPerStep;
+    scales_dst = static_cast<uint32_t>(Layout::w_scales_offset(th.warps)) + th.warp * Layout::kWScaleBytes + r * Layout::kBlocksPerStep;
+  }
+  // Copies the next step into the stage at `stage` (shared address).
+  __device__ __forceinline__ void issue_next(const LinearThread& th, uint32_t stage) {
+    cp_async_16_streaming(stage + codes_dst[0], codes[0]);
+    cp_async_16_streaming(stage + codes_dst[1], codes[1]);
+    if (th.lane < kLinearTileRows) cp_async_small<Layout::kBlocksPerStep>(stage + scales_dst, scales);
+    codes[0] += 64, codes[1] += 64, scales += Layout::kBlocksPerStep;
+  }
+};
+
+// Issues the copies of x for step `step` into the stage at `stage` (shared address), from all
+// threads: the CTA's slice of x (rows past M are zeros).
+template <class Layout>
+__device__ __forceinline__ void linear_issue_x(const LinearArgs& args, const LinearThread& th, int64_t step, uint32_t stage) {
   using Format = typename Layout::Format;
   const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
-  const uint32_t w_codes = stage + th.warp * Layout::kWCodeBytes;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int q = th.lane + 32 * h, r = q >> 2, c = q & 3;
-    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
-    cp_async_16_streaming(w_codes + w_unit_offset(r, c), args.w_data + row * k_bytes + step * 64 + c * 16);
-  }
-  if (th.lane < kLinearTileRows) {
-    const int64_t row = th.row0 + th.lane < args.n ? th.row0 + th.lane : args.n - 1;
-    const uint32_t dst = stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes + th.lane * Layout::kBlocksPerStep;
-    cp_async_small<Layout::kBlocksPerStep>(dst, args.w_scales + row * k_blocks + step * Layout::kBlocksPerStep);
-  }
   const uint32_t x_stage = stage + Layout::x_offset(th.warps);
   const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
   if constexpr (Layout::kFp4X) {
@@ -205,6 +247,15 @@ __device__ __forceinline__ uint32_t pair_for(Pairing pairing, const uint32_t (&w
 template <typename XT>
 constexpr Pairing kLinearPairing = DenseOperand<XT>::kPairing;
 
+// 8 elements of dense x (pairs (0,1) (2,3) (4,5) (6,7)) as the four B registers of the decoders'
+// pairing: register r = (element_for(r, 0), element_for(r, 1)).
+template <typename XT>
+__device__ __forceinline__ uint4 paired_x_chunk(uint4 raw) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  return make_uint4(pair_for(kLinearPairing<XT>, words, 0), pair_for(kLinearPairing<XT>, words, 1),
+                    pair_for(kLinearPairing<XT>, words, 2), pair_for(kLinearPairing<XT>, words, 3));
+}
+
 // Dense x, permuted once per call so that every 16 bytes (8 elements, pairs (0,1) (2,3) (4,5)
 // (6,7)) hold the B registers of the decoders' pairing: register r = (element_for(r, 0),
 // element_for(r, 1)). The kernel then reads its B operands with one shared load per 8 elements,
@@ -217,10 +268,7 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 raw = x[i];
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    out[i] = make_uint4(pair_for(kLinearPairing<XT>, words, 0), pair_for(kLinearPairing<XT>, words, 1),
-                        pair_for(kLinearPairing<XT>, words, 2), pair_for(kLinearPairing<XT>, words, 3));
+    out[i] = paired_x_chunk<XT>(x[i]);
   }
 }
 
@@ -229,13 +277,37 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
 // here from their natural order (pairs (0,1) (2,3) (4,5) (6,7)), one byte_perm per register.
 template <class Layout>
 __device__ __forceinline__ Regs4 dense_b(uint4 v) {
-  if constexpr (Layout::kXPermuted) {
-    return {{v.x, v.y, v.z, v.w}};
-  } else {
-    constexpr Pairing kPairing = kLinearPairing<typename Layout::XType>;
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-    return {{pair_for(kPairing, words, 0), pair_for(kPairing, words, 1), pair_for(kPairing, words, 2), pair_for(kPairing, words, 3)}};
+  if constexpr (!Layout::kXPermuted && !Layout::kXResident) v = paired_x_chunk<typename Layout::XType>(v);
+  return {{v.x, v.y, v.z, v.w}};
+}
+
+// Resident x: the CTA's K range of rows 0 .. live_tokens - 1 of x, paired (paired_x_chunk), in
+// shared memory at `x_res`: row `token` at token * range_steps * 256 bytes, each step's 16 chunks
+// at x_chunk_offset. Staged in two passes over the same chunks of each thread: linear_copy_resident_x
+// (cp.async, one commit group, in flight with the ring's first steps), then, once this thread's
+// copies have landed, linear_pair_resident_x in place; a CTA barrier then publishes the whole.
+template <class Layout, class Fn>
+__device__ __forceinline__ void for_resident_x_chunks(const LinearArgs& args, const LinearThread& th, int64_t count, Fn&& fn) {
+  const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
+  const int chunks = static_cast<int>(count) * 16;  // 16 chunks of 8 elements a step
+  const uint32_t stride = static_cast<uint32_t>(args.range_steps) * 256;
+  for (int token = 0; token < args.live_tokens; ++token) {
+    for (int q = tid; q < chunks; q += threads) fn(token, q, (q >> 4) * 256 + x_chunk_offset(token, q & 15, stride));
   }
+}
+template <class Layout>
+__device__ __forceinline__ void linear_copy_resident_x(const LinearArgs& args, const LinearThread& th, uint32_t x_res, int64_t count) {
+  using XT = typename Layout::XType;
+  for_resident_x_chunks<Layout>(args, th, count, [&](int token, int q, uint32_t offset) {
+    cp_async_16_streaming(x_res + offset, static_cast<const XT*>(args.x) + token * args.k + th.step_begin * kLinearStepElems + q * 8);
+  });
+  cp_async_commit();
+}
+template <class Layout>
+__device__ __forceinline__ void linear_pair_resident_x(const LinearArgs& args, const LinearThread& th, uint32_t x_res, int64_t count) {
+  for_resident_x_chunks<Layout>(args, th, count, [&](int, int, uint32_t offset) {
+    sts_128(x_res + offset, paired_x_chunk<typename Layout::XType>(lds_128(x_res + offset)));
+  });
 }
 
 // The four NVFP4 block-scale codes lane t uses in one step from a row's 8 codes (lo: blocks 0-3,
@@ -250,11 +322,12 @@ struct LinearAccumulators {
 };
 
 // One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane) against
-// every column tile of x.
+// every column tile of x. Dense x comes from `x_stage` (this step's x: in the stage, or in resident
+// x), rows `x_stride` bytes apart.
 template <class Layout>
-__device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t ldm_offset0,
-                                                    uint32_t ldm_offset1, uint32_t nvfp4_selector,
-                                                    LinearAccumulators<Layout>& acc) {
+__device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_stage, uint32_t x_stride,
+                                                    uint32_t ldm_offset0, uint32_t ldm_offset1,
+                                                    uint32_t nvfp4_selector, LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
   using Scaling = LinearScaling<MmaT>;
   constexpr int kNt = Layout::kTokens / 8;
@@ -263,7 +336,6 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
   // words[u][h]: unit u of row g (h = 0) or g + 8 (h = 1).
   const uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
   const uint32_t w_scales = stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes;
-  const uint32_t x_stage = stage + Layout::x_offset(th.warps);
 
   if constexpr (Layout::kNvfp4) {
     // Per row half h, unit u: the factor (block scale x 2^kFactorExponent) of the lane's block.
@@ -298,7 +370,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
 #pragma unroll
           for (int r = 0; r < 4; ++r) b.reg[r] = Scaling::mul(b.reg[r], fx);
         } else {
-          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t)));
+          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t, x_stride)));
         }
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
@@ -332,7 +404,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         if constexpr (Layout::kFp4X) {
           b = DenseOperand<MmaT>::decode(lds_u32(x_stage + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
         } else {
-          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t)));
+          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t, x_stride)));
         }
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
@@ -372,9 +444,16 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
   }
 }
 
-template <class Format, typename XT, int kNt>
-__global__ void __launch_bounds__(256) linear_mma_kernel(LinearArgs args) {
-  using Layout = LinearLayout<Format, XT, kNt>;
+// At least two CTAs per SM (at most 128 registers) where ptxas would otherwise use fewer registers
+// than that and recompute per-thread constants every step (resident x; NVFP4 with 8 column tiles,
+// whose ring allows two CTAs anyway), or more (FP4 x with 8 column tiles).
+template <class Format, typename XT, int kNt, bool kResident>
+constexpr int kLinearMinCtas =
+    kResident || (kNt == 8 && (std::is_same_v<Format, Nvfp4Format> || std::is_same_v<XT, uint8_t>)) ? 2 : 0;
+
+template <class Format, typename XT, int kNt, bool kResident>
+__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident>)) linear_mma_kernel(LinearArgs args) {
+  using Layout = LinearLayout<Format, XT, kNt, kResident>;
   using MmaT = typename Layout::MmaT;
   extern __shared__ __align__(128) uint8_t smem[];
 
@@ -387,31 +466,54 @@ __global__ void __launch_bounds__(256) linear_mma_kernel(LinearArgs args) {
   th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
   const int64_t count = th.step_end - th.step_begin;
 
-  // Launched as a programmatic dependent (linear.cu): the weight's first steps go to L2 while the
-  // kernel before finishes (an L2 prefetch is coherent with any write that kernel makes), then
-  // wait for it before the first copy, since it may have written x or the weight.
+  // Launched as a programmatic dependent (linear.cu): the first prefetch_steps of this warp's weight
+  // range go to L2 while the kernel before finishes (an L2 prefetch is coherent with any write that
+  // kernel makes), then wait for it before the first copy, since it may have written x or the
+  // weight. The kernel after (the K ranges' reduction, or the next layer) may launch from here on:
+  // it waits for this grid to finish before it reads anything, and meanwhile prefetches its own.
 #if defined(FP4OPS_HW_PDL)
   {
-    const int64_t ahead = count < kLinearStages - 1 ? count : kLinearStages - 1;
+    const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
     const int r = th.lane % kLinearTileRows;
     const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
     if (th.lane < kLinearTileRows) {
-      const uint8_t* codes = args.w_data + row * (args.k / 2) + th.step_begin * 64;
-      for (int64_t b = 0; b < ahead * 64; b += 32) prefetch_l2(codes + b);
-    } else if (ahead > 0) {
-      prefetch_l2(args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::kBlocksPerStep);
+      if (ahead > 0) prefetch_l2_bulk(args.w_data + row * (args.k / 2) + th.step_begin * 64, static_cast<uint32_t>(ahead * 64));
+    } else {
+      const uint8_t* scales = args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::kBlocksPerStep;
+      for (int64_t b = 0; b < ahead * Layout::kBlocksPerStep; b += 32) prefetch_l2(scales + b);
     }
   }
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const uint32_t ring = shared_address(smem);
-  const auto stage_at = [&](int64_t i) { return ring + static_cast<uint32_t>(i % kLinearStages) * static_cast<uint32_t>(Layout::stage_bytes(th.warps)); };
+  const size_t x_res_offset = Layout::smem_bytes(th.warps);
+  if constexpr (Layout::kXResident) linear_copy_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
+  const uint32_t stage_bytes = static_cast<uint32_t>(Layout::stage_bytes(th.warps)), ring_end = ring + kLinearStages * stage_bytes;
+  LinearWeightCopies<Layout> weight(args, th);
+  uint32_t issue_stage = ring;  // the stage of step i + kLinearStages - 1 when step i is computed
   const auto issue = [&](int64_t i) {
-    if (i < count) linear_issue_step<Layout>(args, th, th.step_begin + i, stage_at(i));
+    if (i < count) {
+      weight.issue_next(th, issue_stage);
+      if constexpr (!Layout::kXResident) linear_issue_x<Layout>(args, th, th.step_begin + i, issue_stage);
+    }
     cp_async_commit();
+    issue_stage = issue_stage + stage_bytes == ring_end ? ring : issue_stage + stage_bytes;
   };
 #pragma unroll
   for (int i = 0; i < kLinearStages - 1; ++i) issue(i);
+
+  // Resident x: staged while the ring's first copies are on their way; one barrier publishes it.
+  // Lanes whose row of x is past M read a zeroed step instead (x_zeros), every step.
+  const uint32_t x_stride = static_cast<uint32_t>(args.range_steps) * 256;
+  const bool x_live = th.g < args.live_tokens;
+  if constexpr (Layout::kXResident) {
+    uint8_t* x_zeros = smem + x_res_offset + Layout::resident_x_bytes(args.live_tokens, args.range_steps);
+    for (int b = threadIdx.x; b < 256 / 16; b += blockDim.x) reinterpret_cast<uint4*>(x_zeros)[b] = make_uint4(0, 0, 0, 0);
+    cp_async_wait<kLinearStages - 1>();  // this thread's x copies (the group before the ring's)
+    linear_pair_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
+    __syncthreads();
+  }
 
   // ldmatrix: lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2.
   const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
@@ -423,11 +525,27 @@ __global__ void __launch_bounds__(256) linear_mma_kernel(LinearArgs args) {
 #pragma unroll
   for (int j = 0; j < kNt; ++j) acc.v[j][0] = acc.v[j][1] = acc.v[j][2] = acc.v[j][3] = 0.0f;
 
+  uint32_t stage = ring;
+  // Resident x: the step this lane reads (its row's, or the zero step with stride 0).
+  const uint32_t x_lane_stride = x_live ? x_stride : 0, x_lane_advance = x_live ? 256 : 0;
+  uint32_t x_lane = ring + static_cast<uint32_t>(x_res_offset) +
+                    (x_live ? 0 : static_cast<uint32_t>(Layout::resident_x_bytes(args.live_tokens, args.range_steps)));
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<kLinearStages - 2>();  // this thread's copies of step i have landed ...
-    __syncthreads();                     // ... and every thread's; stage (i - 1) is free
+    if constexpr (Layout::kXResident) {
+      __syncwarp();                      // ... and the warp's (the ring holds only its own rows)
+    } else {
+      __syncthreads();                   // ... and every thread's (x is shared); stage (i - 1) is free
+    }
     issue(i + kLinearStages - 1);
-    linear_compute_step<Layout>(th, stage_at(i), ldm_offset0, ldm_offset1, nvfp4_selector, acc);
+    if constexpr (Layout::kXResident) {
+      linear_compute_step<Layout>(th, stage, x_lane, x_lane_stride, ldm_offset0, ldm_offset1, nvfp4_selector, acc);
+      x_lane += x_lane_advance;
+    } else {
+      linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), 256, ldm_offset0, ldm_offset1,
+                                  nvfp4_selector, acc);
+    }
+    stage = stage + stage_bytes == ring_end ? ring : stage + stage_bytes;
   }
   cp_async_wait<0>();
 
@@ -449,15 +567,13 @@ __global__ void __launch_bounds__(256) linear_mma_kernel(LinearArgs args) {
       }
     }
   }
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
 }
 
 // The K ranges' sums added in range order, then linear_store. Runs as the programmatic dependent
 // of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first.
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
 #if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");  // the next layer may prefetch its weight meanwhile
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   const int64_t total = args.m * args.n;
