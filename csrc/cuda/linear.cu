@@ -39,23 +39,30 @@ int linear_splits(int64_t n, int64_t steps) {
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, steps / kMinStepsPerRange)));
 }
 
-// Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them
-// (8 tiles past kLinearMaxTokens, with the rest in further row chunks).
+// Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them.
+int column_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8; }
+
+// column_tiles(rows) as a compile-time constant for fn (8 tiles past kLinearMaxTokens, with the
+// rest in further row chunks).
 template <typename Fn>
 void with_column_tiles(int64_t rows, Fn&& fn) {
-  if (rows <= 8) return fn(std::integral_constant<int, 1>{});
-  if (rows <= 16) return fn(std::integral_constant<int, 2>{});
-  if (rows <= 32) return fn(std::integral_constant<int, 4>{});
-  return fn(std::integral_constant<int, 8>{});
+  switch (column_tiles(rows)) {
+    case 1: return fn(std::integral_constant<int, 1>{});
+    case 2: return fn(std::integral_constant<int, 2>{});
+    case 4: return fn(std::integral_constant<int, 4>{});
+    default: return fn(std::integral_constant<int, 8>{});
+  }
 }
 
-// Resident x (LinearLayout::kXResident) where dense x has at most 8 rows and their K range fits
-// kResidentXBytes of shared memory (next to a ring of 36 KB for 8 warps: two CTAs per SM at
-// least). Both kernels add the same products in the same order, so the choice, made from M, does
-// not change any row's result.
-constexpr size_t kResidentXBytes = 64 * 1024;
+// Resident x (LinearLayout::kXResident) where dense x has at most 32 rows and their K range (with
+// the zeroed row that the column tiles' rows past M read) fits kResidentXBytes of shared memory:
+// next to a ring of 36 KB for 8 warps, two CTAs still fit an SM (228 KB, 1 KB of it reserved per
+// CTA). Both kernels add the same products in the same order, so the choice, made from M, does not
+// change any row's result.
+constexpr size_t kResidentXBytes = 76 * 1024;
 bool resident_x(const LinearArgs& args) {
-  return args.m <= 8 && static_cast<size_t>(args.m) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+  const int64_t rows = args.m + (args.m < 8 * column_tiles(args.m) ? 1 : 0);
+  return args.m <= 32 && static_cast<size_t>(rows) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
 }
 
 // Steps of each warp's range prefetched to L2 before the grid dependency wait: the whole grid's
@@ -97,13 +104,14 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
                        static_cast<uint4*>(permuted.mutable_data_ptr()), chunks);
       args.x = permuted.const_data_ptr();
     }
-    if (resident) launch_linear_kernel<Format, XT, 1, true>(args, stream, device);
   }
-  if (!resident) {
-    with_column_tiles(args.m, [&](auto tiles_tag) {
-      launch_linear_kernel<Format, XT, decltype(tiles_tag)::value, false>(args, stream, device);
-    });
-  }
+  with_column_tiles(args.m, [&](auto tiles_tag) {
+    constexpr int kNt = decltype(tiles_tag)::value;
+    if constexpr (!std::is_same_v<XT, uint8_t> && kNt <= 4) {
+      if (resident) return launch_linear_kernel<Format, XT, kNt, true>(args, stream, device);
+    }
+    launch_linear_kernel<Format, XT, kNt, false>(args, stream, device);
+  });
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
 

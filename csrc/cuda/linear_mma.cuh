@@ -14,7 +14,7 @@
 //
 // Per pipeline step (128 elements of K) each warp streams its 16 rows of codes and scales, and
 // the CTA the step's slice of x, through a ring of kLinearStages stages (cp.async; one commit
-// group per step; a CTA barrier per step, since the warps share x). With at most 8 rows of dense
+// group per step; a CTA barrier per step, since the warps share x). With at most 32 rows of dense
 // x whose K range fits (resident x, linear.cu), the CTA instead stages its whole range of x once,
 // and each warp's ring holds only its own rows: no CTA barrier per step, no x copies per step.
 // Both read the same B values in the same order, so they give the same bits. Codes reach the lanes through
@@ -67,7 +67,7 @@ struct LinearArgs {
   LinearOut out_type;
   int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
   int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
-  int live_tokens;          // resident x: rows of x staged (M <= 8)
+  int live_tokens;          // resident x: rows of x staged (M)
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -129,11 +129,11 @@ struct LinearLayout {
   // Dense x arrives permuted into the decoders' pairing (linear_permute_x_kernel) for more than one
   // column tile; with one, each warp pairs its B registers itself (fewer instructions than a launch).
   static constexpr bool kXPermuted = !kFp4X && kNt > 1;
-  // Resident x (dense x, at most 8 rows): the CTA stages its whole K range of x once, paired, after
+  // Resident x (dense x, at most 32 rows): the CTA stages its whole K range of x once, paired, after
   // the ring; the ring then carries only the weight, each warp waits for its own copies alone, and
-  // the steps need no CTA barrier (linear_stage_resident_x).
+  // the steps need no CTA barrier (linear_copy_resident_x).
   static constexpr bool kXResident = kResident;
-  static_assert(!kResident || (!kFp4X && kNt == 1), "resident x: dense x, one column tile");
+  static_assert(!kResident || (!kFp4X && kNt <= 4), "resident x: dense x, at most 4 column tiles");
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
   static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
@@ -144,23 +144,25 @@ struct LinearLayout {
   static constexpr size_t x_scales_offset(int warps) { return x_offset(warps) + (kXResident ? 0 : kTokens * kXRowBytes); }
   static constexpr size_t stage_bytes(int warps) { return x_scales_offset(warps) + kXScaleBytes; }
   static constexpr size_t smem_bytes(int warps) { return kLinearStages * stage_bytes(warps); }
-  // Resident x, after the ring: `tokens` rows of `range_steps` steps of 256 bytes.
+  // Resident x, after the ring: `tokens` rows of `range_steps` steps of 256 bytes, then, where the
+  // column tiles have rows past M, one zeroed row that their lanes read instead.
   static constexpr size_t resident_x_bytes(int tokens, int range_steps) {
-    return kXResident ? static_cast<size_t>(tokens) * range_steps * kLinearStepElems * 2 : 0;
+    return kXResident ? static_cast<size_t>(tokens + (tokens < kTokens ? 1 : 0)) * range_steps * kLinearStepElems * 2 : 0;
   }
-  // ... followed by one zeroed step, which lanes past M read.
   static constexpr size_t resident_smem_bytes(int warps, int tokens, int range_steps) {
-    return smem_bytes(warps) + (kXResident ? resident_x_bytes(tokens, range_steps) + kLinearStepElems * 2 : 0);
+    return smem_bytes(warps) + resident_x_bytes(tokens, range_steps);
   }
 };
 
 // Byte offset of 16-byte unit `unit` (0..3) of weight row r (0..15) within a warp's stage codes.
 __device__ __forceinline__ uint32_t w_unit_offset(int r, int unit) { return r * 64 + ((unit ^ (r >> 1 & 3)) << 4); }
-// Byte offset of 16-byte chunk c (0..15) of one step of dense x token row `token`, rows `stride`
-// bytes apart (a multiple of 256): the chunks of odd rows swap 64-byte halves, so that the eight
-// lanes of an LDS.128 phase (rows g, g + 1; chunks 4u .. 4u + 3) hit distinct banks.
+// Byte offset of 16-byte chunk c (0..15) within one step of dense x token row `token`: the chunks
+// of odd rows swap 64-byte halves, so that the eight lanes of an LDS.128 phase (rows g, g + 1;
+// chunks 4u .. 4u + 3) hit distinct banks.
+__device__ __forceinline__ uint32_t x_chunk_in_row(int token, int c) { return (c ^ (token & 1) << 2) << 4; }
+// ... and of the same chunk with rows `stride` bytes apart (a multiple of 256).
 __device__ __forceinline__ uint32_t x_chunk_offset(int token, int c, uint32_t stride = 256) {
-  return token * stride + ((c ^ (token & 1) << 2) << 4);
+  return token * stride + x_chunk_in_row(token, c);
 }
 
 // What one thread does in the CTA, fixed at the start.
@@ -204,35 +206,60 @@ struct LinearWeightCopies {
   }
 };
 
-// Issues the copies of x for step `step` into the stage at `stage` (shared address), from all
-// threads: the CTA's slice of x (rows past M are zeros).
+// A thread's share of the CTA's copies of dense x in the per-step kernel, step after step: chunk
+// tid % 16 of rows tid / 16 + h * rows_per_pass (rows_per_pass = threads / 16, a multiple of 8, so
+// all of a thread's rows share a parity and with it the chunk's place, x_chunk_offset). Rows past M
+// are zero-filled (from a valid address). Sources advance by a step's 256 bytes.
 template <class Layout>
-__device__ __forceinline__ void linear_issue_x(const LinearArgs& args, const LinearThread& th, int64_t step, uint32_t stage) {
+struct LinearDenseXCopies {
+  static constexpr int kMaxPasses = Layout::kTokens * 16 / 128;  // CTAs have at least 4 warps
+  const uint8_t* src;    // this step's chunk of the thread's first row (of row M - 1 where that is past M)
+  int64_t row_bytes;     // from one pass's row to the next's
+  uint32_t dst, pass_dst;
+  int passes, live;      // passes with a row in the CTA's tile; of them, rows below M
+
+  __device__ __forceinline__ LinearDenseXCopies(const LinearArgs& args, const LinearThread& th) {
+    const int threads = th.warps * 32, tid = th.warp * 32 + th.lane, rows_per_pass = threads / 16;
+    const int token = tid / 16, c = tid % 16;
+    passes = (Layout::kTokens * 16 - tid + threads - 1) / threads;
+    const int64_t first = th.token0 + token;
+    const int64_t below_m = first >= args.m ? 0 : (args.m - first + rows_per_pass - 1) / rows_per_pass;
+    live = static_cast<int>(below_m < passes ? below_m : passes);
+    const int64_t row = first < args.m ? first : args.m - 1;
+    src = static_cast<const uint8_t*>(args.x) + (row * args.k + th.step_begin * kLinearStepElems + c * 8) * 2;
+    row_bytes = static_cast<int64_t>(rows_per_pass) * args.k * 2;
+    dst = static_cast<uint32_t>(Layout::x_offset(th.warps)) + x_chunk_offset(token, c);
+    pass_dst = rows_per_pass * 256;
+  }
+  // Copies the next step into the stage at `stage` (shared address).
+  __device__ __forceinline__ void issue_next(uint32_t stage) {
+#pragma unroll
+    for (int h = 0; h < kMaxPasses; ++h) {
+      if (h < passes) cp_async_16_or_zeros(stage + dst + h * pass_dst, h < live ? src + h * row_bytes : src, h < live);
+    }
+    src += 256;
+  }
+};
+
+// Issues the copies of FP4 x for step `step` into the stage at `stage` (shared address), from all
+// threads: the CTA's slice of x and its scales (rows past M are zeros).
+template <class Layout>
+__device__ __forceinline__ void linear_issue_fp4_x(const LinearArgs& args, const LinearThread& th, int64_t step, uint32_t stage) {
   using Format = typename Layout::Format;
   const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
   const uint32_t x_stage = stage + Layout::x_offset(th.warps);
   const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
-  if constexpr (Layout::kFp4X) {
-    for (int q = tid; q < Layout::kTokens * 4; q += threads) {
-      const int token = q >> 2, c = q & 3;
-      const bool valid = th.token0 + token < args.m;
-      const uint8_t* src = static_cast<const uint8_t*>(args.x) + (valid ? (th.token0 + token) * k_bytes + step * 64 + c * 16 : 0);
-      cp_async_16_or_zeros(x_stage + token * Layout::kXRowBytes + c * 16, src, valid);
-    }
-    for (int token = tid; token < Layout::kTokens; token += threads) {
-      const bool valid = th.token0 + token < args.m;
-      const uint8_t* src = args.x_scales + (valid ? (th.token0 + token) * k_blocks + step * Layout::kBlocksPerStep : 0);
-      cp_async_small_or_zeros<Layout::kBlocksPerStep>(stage + Layout::x_scales_offset(th.warps) + token * Layout::kBlocksPerStep, src,
-                                                      valid);
-    }
-  } else {
-    for (int q = tid; q < Layout::kTokens * 16; q += threads) {
-      const int token = q >> 4, c = q & 15;
-      const bool valid = th.token0 + token < args.m;
-      using XT = typename Layout::XType;
-      const XT* src = static_cast<const XT*>(args.x) + (valid ? (th.token0 + token) * args.k + step * kLinearStepElems + c * 8 : 0);
-      cp_async_16_or_zeros(x_stage + x_chunk_offset(token, c), src, valid);
-    }
+  for (int q = tid; q < Layout::kTokens * 4; q += threads) {
+    const int token = q >> 2, c = q & 3;
+    const bool valid = th.token0 + token < args.m;
+    const uint8_t* src = static_cast<const uint8_t*>(args.x) + (valid ? (th.token0 + token) * k_bytes + step * 64 + c * 16 : 0);
+    cp_async_16_or_zeros(x_stage + token * Layout::kXRowBytes + c * 16, src, valid);
+  }
+  for (int token = tid; token < Layout::kTokens; token += threads) {
+    const bool valid = th.token0 + token < args.m;
+    const uint8_t* src = args.x_scales + (valid ? (th.token0 + token) * k_blocks + step * Layout::kBlocksPerStep : 0);
+    cp_async_small_or_zeros<Layout::kBlocksPerStep>(stage + Layout::x_scales_offset(th.warps) + token * Layout::kBlocksPerStep, src,
+                                                    valid);
   }
 }
 
@@ -281,11 +308,12 @@ __device__ __forceinline__ Regs4 dense_b(uint4 v) {
   return {{v.x, v.y, v.z, v.w}};
 }
 
-// Resident x: the CTA's K range of rows 0 .. live_tokens - 1 of x, paired (paired_x_chunk), in
-// shared memory at `x_res`: row `token` at token * range_steps * 256 bytes, each step's 16 chunks
-// at x_chunk_offset. Staged in two passes over the same chunks of each thread: linear_copy_resident_x
-// (cp.async, one commit group, in flight with the ring's first steps), then, once this thread's
-// copies have landed, linear_pair_resident_x in place; a CTA barrier then publishes the whole.
+// Resident x: the CTA's K range of rows 0 .. live_tokens - 1 of x (M <= kTokens: one row chunk),
+// in the decoders' pairing, in shared memory at `x_res`: row `token` at token * range_steps * 256
+// bytes, each step's 16 chunks at x_chunk_offset. Staged in two passes over the same chunks of
+// each thread: linear_copy_resident_x (cp.async, one commit group, in flight with the ring's first
+// steps), then, once this thread's copies have landed, linear_pair_resident_x in place where x was
+// not permuted already; a CTA barrier then publishes the whole.
 template <class Layout, class Fn>
 __device__ __forceinline__ void for_resident_x_chunks(const LinearArgs& args, const LinearThread& th, int64_t count, Fn&& fn) {
   const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
@@ -305,6 +333,7 @@ __device__ __forceinline__ void linear_copy_resident_x(const LinearArgs& args, c
 }
 template <class Layout>
 __device__ __forceinline__ void linear_pair_resident_x(const LinearArgs& args, const LinearThread& th, uint32_t x_res, int64_t count) {
+  if constexpr (Layout::kXPermuted) return;
   for_resident_x_chunks<Layout>(args, th, count, [&](int, int, uint32_t offset) {
     sts_128(x_res + offset, paired_x_chunk<typename Layout::XType>(lds_128(x_res + offset)));
   });
@@ -322,10 +351,11 @@ struct LinearAccumulators {
 };
 
 // One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane) against
-// every column tile of x. Dense x comes from `x_stage` (this step's x: in the stage, or in resident
-// x), rows `x_stride` bytes apart.
+// every column tile of x. Dense x: the lane's chunk 4u + t of row 8j + g of this step at x_step +
+// x_lane[j][u % 2] + 64u (in the stage, or in resident x; x_lane_offsets).
 template <class Layout>
-__device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_stage, uint32_t x_stride,
+__device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_step,
+                                                    const uint32_t (&x_lane)[Layout::kTokens / 8][2],
                                                     uint32_t ldm_offset0, uint32_t ldm_offset1,
                                                     uint32_t nvfp4_selector, LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
@@ -365,12 +395,12 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         const int token = 8 * j + th.g;
         Regs4 b;
         if constexpr (Layout::kFp4X) {
-          b = Scaling::decode(lds_u32(x_stage + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
+          b = Scaling::decode(lds_u32(x_step + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
           const uint32_t fx = Scaling::factor(e4m3x2_to_float2(x_codes[j] >> (8 * u) & 0xFFu).x);
 #pragma unroll
           for (int r = 0; r < 4; ++r) b.reg[r] = Scaling::mul(b.reg[r], fx);
         } else {
-          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t, x_stride)));
+          b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
         }
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
@@ -402,9 +432,9 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         const int token = 8 * j + th.g;
         Regs4 b;
         if constexpr (Layout::kFp4X) {
-          b = DenseOperand<MmaT>::decode(lds_u32(x_stage + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
+          b = DenseOperand<MmaT>::decode(lds_u32(x_step + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
         } else {
-          b = dense_b<Layout>(lds_128(x_stage + x_chunk_offset(token, 4 * u + th.t, x_stride)));
+          b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
         }
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
@@ -491,11 +521,16 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   if constexpr (Layout::kXResident) linear_copy_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
   const uint32_t stage_bytes = static_cast<uint32_t>(Layout::stage_bytes(th.warps)), ring_end = ring + kLinearStages * stage_bytes;
   LinearWeightCopies<Layout> weight(args, th);
+  [[maybe_unused]] LinearDenseXCopies<Layout> x_copies(args, th);  // the per-step kernel's dense x
   uint32_t issue_stage = ring;  // the stage of step i + kLinearStages - 1 when step i is computed
   const auto issue = [&](int64_t i) {
     if (i < count) {
       weight.issue_next(th, issue_stage);
-      if constexpr (!Layout::kXResident) linear_issue_x<Layout>(args, th, th.step_begin + i, issue_stage);
+      if constexpr (Layout::kFp4X) {
+        linear_issue_fp4_x<Layout>(args, th, th.step_begin + i, issue_stage);
+      } else if constexpr (!Layout::kXResident) {
+        x_copies.issue_next(issue_stage);
+      }
     }
     cp_async_commit();
     issue_stage = issue_stage + stage_bytes == ring_end ? ring : issue_stage + stage_bytes;
@@ -504,15 +539,27 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   for (int i = 0; i < kLinearStages - 1; ++i) issue(i);
 
   // Resident x: staged while the ring's first copies are on their way; one barrier publishes it.
-  // Lanes whose row of x is past M read a zeroed step instead (x_zeros), every step.
+  // Lanes whose row of x is past M read the zeroed row after the live ones instead.
   const uint32_t x_stride = static_cast<uint32_t>(args.range_steps) * 256;
-  const bool x_live = th.g < args.live_tokens;
   if constexpr (Layout::kXResident) {
-    uint8_t* x_zeros = smem + x_res_offset + Layout::resident_x_bytes(args.live_tokens, args.range_steps);
-    for (int b = threadIdx.x; b < 256 / 16; b += blockDim.x) reinterpret_cast<uint4*>(x_zeros)[b] = make_uint4(0, 0, 0, 0);
+    const int zero_chunks = args.live_tokens < Layout::kTokens ? args.range_steps * 16 : 0;
+    uint4* x_zeros = reinterpret_cast<uint4*>(smem + x_res_offset + static_cast<size_t>(args.live_tokens) * x_stride);
+    for (int b = threadIdx.x; b < zero_chunks; b += blockDim.x) x_zeros[b] = make_uint4(0, 0, 0, 0);
     cp_async_wait<kLinearStages - 1>();  // this thread's x copies (the group before the ring's)
     linear_pair_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
     __syncthreads();
+  }
+  // The lane's row 8j + g of x relative to the step's x: in the stage, rows 256 bytes apart;
+  // resident, rows x_stride apart, or the zeroed row for rows past M. Then x_lane[j][u % 2] + 64u is
+  // its chunk 4u + t there: x_chunk_in_row(token, 4u + t) = 64 (u ^ p) + 16t with p the row's parity
+  // (g's), and 64 (u ^ p) = 64u + 64p for even u, 64u - 64p for odd u.
+  uint32_t x_lane[kNt][2];
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    const int token = 8 * j + th.g;
+    const uint32_t row = !Layout::kXResident ? token * 256u : (token < args.live_tokens ? token : args.live_tokens) * x_stride;
+    const uint32_t parity = (th.g & 1) * 64u;
+    x_lane[j][0] = row + 16 * th.t + parity, x_lane[j][1] = row + 16 * th.t - parity;
   }
 
   // ldmatrix: lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2.
@@ -526,10 +573,7 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   for (int j = 0; j < kNt; ++j) acc.v[j][0] = acc.v[j][1] = acc.v[j][2] = acc.v[j][3] = 0.0f;
 
   uint32_t stage = ring;
-  // Resident x: the step this lane reads (its row's, or the zero step with stride 0).
-  const uint32_t x_lane_stride = x_live ? x_stride : 0, x_lane_advance = x_live ? 256 : 0;
-  uint32_t x_lane = ring + static_cast<uint32_t>(x_res_offset) +
-                    (x_live ? 0 : static_cast<uint32_t>(Layout::resident_x_bytes(args.live_tokens, args.range_steps)));
+  uint32_t x_resident_step = ring + static_cast<uint32_t>(x_res_offset);  // resident x: step i of every row
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<kLinearStages - 2>();  // this thread's copies of step i have landed ...
     if constexpr (Layout::kXResident) {
@@ -539,11 +583,11 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
     }
     issue(i + kLinearStages - 1);
     if constexpr (Layout::kXResident) {
-      linear_compute_step<Layout>(th, stage, x_lane, x_lane_stride, ldm_offset0, ldm_offset1, nvfp4_selector, acc);
-      x_lane += x_lane_advance;
+      linear_compute_step<Layout>(th, stage, x_resident_step, x_lane, ldm_offset0, ldm_offset1, nvfp4_selector, acc);
+      x_resident_step += 256;
     } else {
-      linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), 256, ldm_offset0, ldm_offset1,
-                                  nvfp4_selector, acc);
+      linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, ldm_offset0,
+                                  ldm_offset1, nvfp4_selector, acc);
     }
     stage = stage + stage_bytes == ring_end ? ring : stage + stage_bytes;
   }
