@@ -241,6 +241,21 @@ struct LinearDenseXCopies {
   }
 };
 
+// The same copies of dense x computed afresh each step (no state kept across steps): for 8 column
+// tiles, whose accumulators leave no registers for LinearDenseXCopies' pointers.
+template <class Layout>
+__device__ __forceinline__ void linear_issue_dense_x(const LinearArgs& args, const LinearThread& th, int64_t step, uint32_t stage) {
+  using XT = typename Layout::XType;
+  const uint32_t x_stage = stage + Layout::x_offset(th.warps);
+  const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
+  for (int q = tid; q < Layout::kTokens * 16; q += threads) {
+    const int token = q >> 4, c = q & 15;
+    const bool valid = th.token0 + token < args.m;
+    const XT* src = static_cast<const XT*>(args.x) + (valid ? (th.token0 + token) * args.k + step * kLinearStepElems + c * 8 : 0);
+    cp_async_16_or_zeros(x_stage + x_chunk_offset(token, c), src, valid);
+  }
+}
+
 // Issues the copies of FP4 x for step `step` into the stage at `stage` (shared address), from all
 // threads: the CTA's slice of x and its scales (rows past M are zeros).
 template <class Layout>
@@ -521,13 +536,15 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   if constexpr (Layout::kXResident) linear_copy_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
   const uint32_t stage_bytes = static_cast<uint32_t>(Layout::stage_bytes(th.warps)), ring_end = ring + kLinearStages * stage_bytes;
   LinearWeightCopies<Layout> weight(args, th);
-  [[maybe_unused]] LinearDenseXCopies<Layout> x_copies(args, th);  // the per-step kernel's dense x
+  [[maybe_unused]] LinearDenseXCopies<Layout> x_copies(args, th);  // the per-step kernel's dense x, <= 4 tiles
   uint32_t issue_stage = ring;  // the stage of step i + kLinearStages - 1 when step i is computed
   const auto issue = [&](int64_t i) {
     if (i < count) {
       weight.issue_next(th, issue_stage);
       if constexpr (Layout::kFp4X) {
         linear_issue_fp4_x<Layout>(args, th, th.step_begin + i, issue_stage);
+      } else if constexpr (!Layout::kXResident && kNt == 8) {
+        linear_issue_dense_x<Layout>(args, th, th.step_begin + i, issue_stage);
       } else if constexpr (!Layout::kXResident) {
         x_copies.issue_next(issue_stage);
       }
