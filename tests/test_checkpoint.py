@@ -179,7 +179,8 @@ def test_a_skip_pattern_never_splits_a_fused_group_and_routers_stay_dense(tmp_pa
     router = "model.layers.1.block_sparse_moe.gate.weight"
     assert not quantized & set(GROUPS[0]) and router not in quantized
     assert quantized == set(original) - set(GROUPS[0]) - {router}
-    assert len(notes) == 1 and "k_proj.weight stays dense (--skip 'k_proj')" in notes[0] and "q_proj" in notes[0]
+    assert len(notes) == 2 and "k_proj.weight stays dense (--skip 'k_proj')" in notes[0] and "q_proj" in notes[0]
+    assert notes[1].startswith(f"{len(reports)} weights quantized on cpu: read ") and " GB/s read)" in notes[1]
     with safe_open(str(dst), framework="pt") as f:
         dense = json.loads(f.metadata()["fp4ops_dense_linears"])
         for name in (*GROUPS[0], router):

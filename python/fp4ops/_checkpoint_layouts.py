@@ -103,6 +103,19 @@ def quantized_tensors(prefix: str, q, layout: str) -> dict[str, torch.Tensor]:
     return {packed: q.data, scale: q.scales, global_scale: reciprocal_global_scale(q.global_scale)}
 
 
+def quantized_entries(prefix: str, shape: tuple, block: int, layout: str) -> dict[str, tuple[str, tuple]]:
+    """{name: (safetensors dtype, shape)} of the tensors quantized_tensors gives a weight of
+    `shape` [N, K] with blocks of `block` (16: NVFP4, 32: MXFP4), known before it is quantized so
+    that a file's header can be written first."""
+    packed, scale, global_scale = (prefix + suffix for suffix in TENSOR_SUFFIXES[layout])
+    rows, cols = shape
+    nvfp4 = block == 16
+    entries = {packed: ("U8", (rows, cols // 2)), scale: ("F8_E4M3" if nvfp4 else "U8", (rows, cols // block))}
+    if nvfp4:
+        entries[global_scale] = ("F32", () if layout == "modelopt" else (1,))
+    return entries
+
+
 def _module_names(weight_names) -> list[str]:
     return sorted({name[: -len(".weight")] for name in weight_names})
 

@@ -17,9 +17,11 @@ config.json's `quantization_config`. `--layout modelopt` (NVFP4 only): `<prefix>
 Everything else is copied unchanged. The weights a serving engine fuses into one layer (q/k/v,
 gate/up, each expert's w1/w3: _fused_groups.py) are quantized or left dense together, and with
 NVFP4 share one global scale, from the group's joint amax, across shards. Each shard's metadata
-names the format and every 2-D weight left dense, with the reason. Tensors are read one at a
-time; the output goes to a temporary sibling of DST and is renamed into place at the end, with
-the modes the umask gives. `load` reads a quantized file or directory (either layout) back.
+names the format and every 2-D weight left dense, with the reason. Tensors stream through one at
+a time (a fused group at once): the next is read while the current one is quantized (on the GPU
+when there is one) and the previous one written, so memory holds a few tensors, never the model;
+the progress bar counts bytes and the end reports the wall time and GB/s. The output goes to a
+temporary sibling of DST and is renamed into place at the end, with the modes the umask gives. `load` reads a quantized file or directory (either layout) back.
 """
 
 from __future__ import annotations
@@ -27,18 +29,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import time
 from dataclasses import dataclass
 
 import torch
 
 from ._checkpoint_layouts import (LAYOUTS, TENSOR_SUFFIXES, compressed_tensors_config, compressed_tensors_global_scale,
-                                  decode_global_scale, modelopt_configs, quantized_tensors, unquantized_linears)
+                                  decode_global_scale, modelopt_configs, quantized_entries, quantized_tensors,
+                                  unquantized_linears)
 from ._formats import FLOAT_DTYPES, FORMATS, NVFP4_SCALE_DTYPE, SCALE_RULES, global_scale_from_amax
 from ._fused_groups import fused_groups, is_router
 from .demo import best_device, sqnr_db
 from .ops import amax as fp4ops_amax
 from .ops import quantize_mxfp4, quantize_nvfp4
+from ._safetensors_writer import SafetensorsWriter, item_size
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
 DEFAULT_SKIP = ("embed", "norm", "lm_head")
@@ -171,8 +177,8 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
                         skip=DEFAULT_SKIP, scale_rule: str = "floor", device=None, progress: bool = True, log=print,
                         force: bool = False) -> list[TensorReport]:
     """Quantize the linear weights of `src` into `dst`; returns one report (name, shape, SQNR in
-    dB against the original) per quantized tensor. `log` takes the notes on fused groups kept
-    dense as a whole.
+    dB against the original) per quantized tensor. `log` takes the run's notes: fused groups kept
+    dense as a whole, then one closing line with the wall time and GB/s.
 
     src: a .safetensors file, or a model directory (one or many shards, with or without
     model.safetensors.index.json). dst: for a file, a .safetensors file or a directory; for a
@@ -186,13 +192,14 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
     import tempfile
 
     _check_arguments(src, dst, format, layout, device, force)
+    started = time.perf_counter()
     shards, index = _input_shards(src)
     to_directory = os.path.isdir(src) or not dst.endswith(".safetensors")
     device = torch.device(device) if device is not None else best_device()
     work = tempfile.mkdtemp(prefix=".fp4ops-", dir=os.path.dirname(os.path.abspath(dst)))
     try:
-        reports, weight_map, dense = _quantize_shards(shards, work, format, layout, skip, scale_rule, device,
-                                                      progress, log)
+        run = _quantize_shards(shards, work, format, layout, skip, scale_rule, device, progress, log)
+        weight_map, dense = run.weight_map, run.dense
         if os.path.isdir(src):
             for entry in sorted(os.listdir(src)):
                 path = os.path.join(src, entry)
@@ -217,7 +224,10 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return reports
+    seconds = time.perf_counter() - started
+    log(f"{len(run.reports)} weights quantized on {device}: read {run.bytes_read / 1e9:.3f} GB, wrote "
+        f"{run.bytes_written / 1e9:.3f} GB in {seconds:.2f} s ({run.bytes_read / 1e9 / seconds:.2f} GB/s read)")
+    return run.reports
 
 
 def _write_configs(out_dir: str, format: str, layout: str, dense: dict[str, str]) -> None:
@@ -242,78 +252,119 @@ def _write_configs(out_dir: str, format: str, layout: str, dense: dict[str, str]
             json.dump(config, f, indent=2)
 
 
+@dataclass
+class _ShardsRun:
+    reports: list[TensorReport]
+    weight_map: dict[str, str]  # tensor name: shard
+    dense: dict[str, str]  # linear weight left dense: why
+    bytes_read: int
+    bytes_written: int
+
+
+def _work_units(names: list[str], groups: dict[str, str]) -> list[list[str]]:
+    """The input tensors in order, one unit each, except that a fused group's members form one
+    unit (where its first member stands): the group's global scale needs all of them at once."""
+    units, seen = [], set()
+    for name in names:
+        if name in seen:
+            continue
+        unit = [n for n in names if groups.get(n, object()) == groups[name]] if name in groups else [name]
+        seen.update(unit)
+        units.append(unit)
+    return units
+
+
 def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: str, skip, scale_rule: str, device,
-                     progress: bool, log) -> tuple[list[TensorReport], dict[str, str], dict[str, str]]:
-    """Every shard into out_dir under its own name; returns the reports, {tensor: shard} and
-    {linear weight left dense: why}. The
-    plan (which weights, which fused groups) is made over all shards at once: a group's members
-    may sit in different shards."""
+                     progress: bool, log) -> _ShardsRun:
+    """Every shard into out_dir under its own name. The plan (which weights, which fused groups)
+    and every output file's header are made over all shards first: a group's members may sit in
+    different shards. Then the tensors stream through: a reader thread loads the next unit (a
+    tensor, or a fused group) while this one is quantized on `device`, and a writer thread stores
+    the previous unit's outputs into their byte ranges, so memory holds about three units, never
+    the model or a whole shard."""
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import ExitStack
 
     from safetensors import safe_open
-    from safetensors.torch import save_file
     from tqdm import tqdm
 
-    reports, weight_map = [], {}
     with ExitStack() as stack:
         handles = {shard: stack.enter_context(safe_open(path, framework="pt", device="cpu")) for shard, path in shards.items()}
         home = {name: shard for shard, f in handles.items() for name in f.keys()}
         slices = {name: handles[shard].get_slice(name) for name, shard in home.items()}
         shapes = {name: tuple(piece.get_shape()) for name, piece in slices.items()}
-        dtypes = {name: _SAFETENSORS_FLOATS.get(piece.get_dtype(), torch.uint8) for name, piece in slices.items()}
+        stored = {name: piece.get_dtype() for name, piece in slices.items()}
+        dtypes = {name: _SAFETENSORS_FLOATS.get(kind, torch.uint8) for name, kind in stored.items()}
         decision = plan(shapes, dtypes, BLOCKS[format], skip, log=log)
-        groups = fused_groups([name for name, reason in decision.items() if reason is None])
-        group_scales: dict[str, torch.Tensor] = {}
-
-        def joint_global_scale(key: str) -> torch.Tensor:
-            """SPEC 2.2's g from the amax of every member of a fused group (read one at a time)."""
-            if key not in group_scales:
-                members = [name for name, k in groups.items() if k == key]
-                amaxes = [fp4ops_amax(handles[home[name]].get_tensor(name).to(device)) for name in members]
-                group_scales[key] = layout_global_scale(torch.stack(amaxes).amax())
-            return group_scales[key]
-
-        def layout_global_scale(amax_value: torch.Tensor) -> torch.Tensor:
-            """SPEC 2.2's g; in the compressed-tensors layout moved up to the nearest value whose
-            stored reciprocal decodes exactly as fp4ops does (g itself for almost every amax)."""
-            g = global_scale_from_amax(amax_value)
-            return compressed_tensors_global_scale(g) if layout == "compressed-tensors" else g
-
+        quantized = {name for name, reason in decision.items() if reason is None}
+        for name in sorted(quantized):
+            taken = [name[: -len("weight")] + suffix for suffix in SCALE_SUFFIXES if name[: -len("weight")] + suffix in home]
+            if taken:
+                raise ValueError(f"src: {name!r} already has a {taken[0]!r}: is it quantized already?")
+        groups = fused_groups(sorted(quantized))
         dense = {name: reason for name, reason in decision.items() if reason is not None}
-        bar = tqdm(total=len(home), desc=f"quantizing to {format}", unit="tensor", disable=not progress)
+
+        entries: dict[str, dict[str, tuple[str, tuple]]] = {shard: {} for shard in handles}
+        weight_map = {}
+        for name, shard in home.items():
+            own = (quantized_entries(name[: -len("weight")], shapes[name], BLOCKS[format], layout) if name in quantized
+                   else {name: (stored[name], shapes[name])})
+            entries[shard].update(own)
+            weight_map.update(dict.fromkeys(own, shard))
+        writers = {}
         for shard, f in handles.items():
-            names = list(f.keys())
-            out: dict[str, torch.Tensor] = {}
-            quantized_before = len(reports)
-            for name in names:
-                bar.update(1)
-                tensor = f.get_tensor(name)
-                if decision.get(name, "not a linear weight") is not None:
-                    out[name] = tensor
-                    continue
-                x = tensor.to(device)
-                if format == "nvfp4":
-                    g = joint_global_scale(groups[name]) if name in groups else layout_global_scale(fp4ops_amax(x))
-                    q = quantize_nvfp4(x, g)
-                else:
-                    q = quantize_mxfp4(x, scale_rule=scale_rule)
-                prefix = name[: -len("weight")]
-                for suffix in SCALE_SUFFIXES:
-                    if prefix + suffix in home:
-                        raise ValueError(f"src: {name!r} already has a {prefix + suffix!r}: is it quantized already?")
-                on_cpu = {field: getattr(q, field).cpu() for field in ("data", "scales", "global_scale") if hasattr(q, field)}
-                out.update(quantized_tensors(prefix, dataclasses.replace(q, **on_cpu), layout))
-                reports.append(TensorReport(name, tuple(tensor.shape), sqnr_db(x, q.dequantize(torch.float32))))
-            metadata = dict(f.metadata() or {})
+            metadata = {"format": "pt", **(f.metadata() or {})}
             metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
-                             "fp4ops_quantized_tensors": str(len(reports) - quantized_before),  # in this shard
+                             "fp4ops_quantized_tensors": str(sum(home[n] == shard for n in quantized)),  # this shard's
                              "fp4ops_layout": layout,
                              "fp4ops_dense_linears": json.dumps(dense)})  # in the whole model
-            save_file(out, os.path.join(out_dir, shard), metadata=metadata)
-            weight_map.update({name: shard for name in out})
-            del out
+            writers[shard] = stack.enter_context(SafetensorsWriter(os.path.join(out_dir, shard), entries[shard], metadata))
+
+        def read(unit: list[str]) -> dict[str, torch.Tensor]:
+            return {name: handles[home[name]].get_tensor(name) for name in unit}
+
+        def write(outputs: dict[str, torch.Tensor]) -> None:
+            for name, tensor in outputs.items():
+                writers[weight_map[name]].write(name, tensor)
+
+        def global_scale(members: list[torch.Tensor]) -> torch.Tensor:
+            """SPEC 2.2's g from the joint amax of a unit (a fused group's members share it); in
+            the compressed-tensors layout moved up to the nearest value whose stored reciprocal
+            decodes exactly as fp4ops does (g itself for almost every amax)."""
+            g = global_scale_from_amax(torch.stack([fp4ops_amax(x) for x in members]).amax())
+            return compressed_tensors_global_scale(g) if layout == "compressed-tensors" else g
+
+        reports = []
+        units = _work_units(list(home), groups)
+        sizes = {name: math.prod(shapes[name]) * item_size(stored[name]) for name in home}
+        bar = tqdm(total=sum(sizes.values()), desc=f"quantizing to {format}", unit="B", unit_scale=True,
+                   disable=not progress)
+        with ThreadPoolExecutor(1, thread_name_prefix="fp4ops-read") as reader, \
+                ThreadPoolExecutor(1, thread_name_prefix="fp4ops-write") as writer:
+            next_read = reader.submit(read, units[0]) if units else None
+            last_write = None
+            for i, unit in enumerate(units):
+                tensors = next_read.result()
+                if i + 1 < len(units):
+                    next_read = reader.submit(read, units[i + 1])
+                outputs = {name: tensors[name] for name in unit if name not in quantized}
+                on_device = {name: tensors[name].to(device) for name in unit if name in quantized}
+                g = global_scale(list(on_device.values())) if on_device and format == "nvfp4" else None
+                for name, x in on_device.items():
+                    q = quantize_nvfp4(x, g) if g is not None else quantize_mxfp4(x, scale_rule=scale_rule)
+                    on_cpu = {field: getattr(q, field).cpu() for field in ("data", "scales", "global_scale") if hasattr(q, field)}
+                    outputs.update(quantized_tensors(name[: -len("weight")], dataclasses.replace(q, **on_cpu), layout))
+                    reports.append(TensorReport(name, shapes[name], sqnr_db(x, q.dequantize(torch.float32))))
+                del tensors, on_device
+                if last_write is not None:
+                    last_write.result()
+                last_write = writer.submit(write, outputs)
+                bar.update(sum(sizes[name] for name in unit))
+            if last_write is not None:
+                last_write.result()
         bar.close()
-    return reports, weight_map, dense
+        bytes_written = sum(w.data_size for w in writers.values())
+    return _ShardsRun(reports, weight_map, dense, sum(sizes.values()), bytes_written)
 
 
 def load_quantized(path: str, device="cpu") -> dict:
