@@ -81,6 +81,22 @@ def test_quantizes_the_linear_weights_in_each_layout(tmp_path, fmt, layout):
         assert torch.equal(q.dequantize(torch.bfloat16), again.dequantize(torch.bfloat16))
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_a_weight_the_block_does_not_divide_stays_dense_and_says_so_first(tmp_path, fmt):
+    src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    original = small_checkpoint(src)
+    events = []
+    quantize_checkpoint(str(src), str(dst), fmt, device="cpu", progress=False, log=events.append)
+    block = 16 if fmt == "nvfp4" else 32
+    assert events[0] == (f"model.layers.0.odd.weight stays dense (input dimension 24 not a multiple of {block}); "
+                         "the output lists it among the dense linears")
+    assert "weights quantized on cpu" in events[-1] and len(events) == 2
+    with safe_open(str(dst), framework="pt") as f:
+        assert torch.equal(f.get_tensor("model.layers.0.odd.weight"), original["model.layers.0.odd.weight"])
+        dense = json.loads(f.metadata()["fp4ops_dense_linears"])
+        assert dense["model.layers.0.odd.weight"] == f"input dimension 24 not a multiple of {block}"
+
+
 def test_refuses_to_overwrite_its_input(tmp_path):
     src = tmp_path / "in.safetensors"
     small_checkpoint(src)
@@ -270,8 +286,8 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "fp4ops", "quantize", *map(str, args)], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("case", ["missing src", "dst not empty", "dst folder missing", "cuda without a GPU",
-                                  "mxfp4 in the modelopt layout"])
+@pytest.mark.parametrize("case", ["missing src", "dst not empty", "dst folder missing", "dst not writable",
+                                  "cuda without a GPU", "mxfp4 in the modelopt layout", "unknown format"])
 def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
     src = tmp_path / "model"
     sharded_model_dir(src)
@@ -285,6 +301,13 @@ def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
         expected = "exists and is not empty; pass --force"
     elif case == "dst folder missing":
         args[1], expected = tmp_path / "no" / "such" / "out", "does not exist"
+    elif case == "dst not writable":  # /proc refuses new folders even to root, whom modes do not stop
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("needs Linux's /proc")
+        args[1], expected = "/proc/fp4ops-out", "dst: "
+    elif case == "unknown format":
+        args += ["--format", "nvfp8"]
+        expected = "argument --format: invalid choice: 'nvfp8'"
     elif case == "mxfp4 in the modelopt layout":
         args += ["--format", "mxfp4", "--layout", "modelopt"]
         expected = "layout: the ModelOpt layout holds NVFP4 only"

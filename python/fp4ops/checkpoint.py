@@ -77,7 +77,8 @@ def should_quantize(name: str, tensor: torch.Tensor, block: int, skip) -> bool:
 def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, skip, log=print) -> dict[str, str | None]:
     """For every linear weight: None (quantize it) or why it stays dense. A fused group is decided
     as a whole: one member that must stay dense keeps the others dense too (an engine cannot
-    load a half-quantized fused layer), and `log` says so."""
+    load a half-quantized fused layer), and `log` says so; so it does for every weight whose input
+    dimension the block does not divide (never silently: the user did not ask for those)."""
     decision = {}
     for name, shape in shapes.items():
         if not is_linear_weight(name, shape, dtypes[name]):
@@ -102,6 +103,9 @@ def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, s
                     decision[name] = f"fused with {first} ({decision[first]})"
             log(f"{first} stays dense ({decision[first]}), so its fused group does too: "
                 f"{', '.join(name for name in members if name != first)}")
+    for name, reason in decision.items():
+        if reason is not None and reason.startswith("input dimension"):
+            log(f"{name} stays dense ({reason}); the output lists it among the dense linears")
     return decision
 
 
@@ -146,6 +150,8 @@ def _check_arguments(src: str, dst: str, format: str, layout: str, device, force
     parent = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(parent):
         raise ValueError(f"dst: the folder {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"dst: the folder {parent!r} is not writable")
     if os.path.isdir(src) and os.path.isfile(dst):
         raise ValueError(f"dst: {dst!r} is a file; a model directory is quantized into a directory")
     if os.path.exists(dst) and not force and (os.path.isfile(dst) or os.listdir(dst)):
@@ -196,7 +202,10 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
     shards, index = _input_shards(src)
     to_directory = os.path.isdir(src) or not dst.endswith(".safetensors")
     device = torch.device(device) if device is not None else best_device()
-    work = tempfile.mkdtemp(prefix=".fp4ops-", dir=os.path.dirname(os.path.abspath(dst)))
+    try:
+        work = tempfile.mkdtemp(prefix=".fp4ops-", dir=os.path.dirname(os.path.abspath(dst)))
+    except OSError as error:  # what os.access cannot tell: a read-only file system, or root's limits
+        raise ValueError(f"dst: cannot write in {os.path.dirname(os.path.abspath(dst))!r}: {error.strerror}") from None
     try:
         run = _quantize_shards(shards, work, format, layout, skip, scale_rule, device, progress, log)
         weight_map, dense = run.weight_map, run.dense
@@ -460,11 +469,19 @@ def print_report(reports: list[TensorReport], plot_path: str | None) -> None:
         print(f"histogram: {plot_path}")
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse's usage errors (an unknown format, a missing argument) as the one line every other
+    bad invocation gets, without the usage block; --help still prints it."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv=None) -> None:
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m fp4ops quantize", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _OneLineErrors(prog="python -m fp4ops quantize", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", help="input: a .safetensors file or a model directory (shards, index, config, ...)")
     parser.add_argument("dst", help="output: a directory (a .safetensors file for a file input); never the input")
     parser.add_argument("--format", choices=sorted(BLOCKS), default="nvfp4")
