@@ -219,6 +219,8 @@ def test_fused_groups_are_read_off_the_module_names():
     assert "d.mlp.up_proj.weight" not in groups
     assert is_router("m.layers.1.mlp.gate.weight") and is_router("m.moe.router.weight")
     assert not is_router("m.layers.1.mlp.gate_proj.weight")
+    assert is_router("model.layers.0.mlp.shared_expert_gate.weight")
+    assert not is_router("model.layers.0.mlp.shared_expert.gate_proj.weight")
 
 
 def sharded_model_dir(path) -> dict:

@@ -20,8 +20,9 @@ _FUSED = [
 ]
 
 # MoE routers: a module named exactly `gate` (Mixtral's `block_sparse_moe.gate`, Qwen-MoE's
-# `mlp.gate`; never `gate_proj`) or `router`. Engines keep them dense.
-_ROUTER = re.compile(r"(^|\.)(gate|router)\.weight$")
+# `mlp.gate`; never `gate_proj`) or `router`, and Qwen-MoE's `shared_expert_gate` (the shared
+# expert's one-output gate, a plain dense Linear in engines). Engines keep them dense.
+_ROUTER = re.compile(r"(^|\.)(gate|router|shared_expert_gate)\.weight$")
 
 
 def is_router(name: str) -> bool:
