@@ -24,6 +24,9 @@ def mixed_tensors() -> dict[str, torch.Tensor]:
         "b.half": torch.randn(5, dtype=torch.float16),
         "b.mask": torch.rand(9) > 0.5,
         "b.empty": torch.empty(0, 4),
+        "c.e8m0": torch.randint(0, 255, (4,), dtype=torch.uint8).view(torch.float8_e8m0fnu),
+        "c.u16": torch.randint(0, 2**16, (3,), dtype=torch.int32).to(torch.uint16),
+        "c.u32": torch.randint(0, 2**31, (2,), dtype=torch.int64).to(torch.uint32),
     }
 
 
