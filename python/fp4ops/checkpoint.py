@@ -32,6 +32,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -92,9 +93,11 @@ def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, s
             decision[name] = f"input dimension {shape[-1]} not a multiple of {block}"
         else:
             decision[name] = None
-    groups = fused_groups(decision)
-    for key in sorted(set(groups.values())):
-        members = sorted(name for name, k in groups.items() if k == key)
+    by_group: dict[str, list[str]] = {}
+    for name, key in fused_groups(decision).items():
+        by_group.setdefault(key, []).append(name)
+    for key in sorted(by_group):
+        members = sorted(by_group[key])
         dense = [name for name in members if decision[name] is not None]
         if dense and len(dense) < len(members):
             first = dense[0]
@@ -273,13 +276,16 @@ class _ShardsRun:
 def _work_units(names: list[str], groups: dict[str, str]) -> list[list[str]]:
     """The input tensors in order, one unit each, except that a fused group's members form one
     unit (where its first member stands): the group's global scale needs all of them at once."""
-    units, seen = [], set()
+    members: dict[str, list[str]] = {}
     for name in names:
-        if name in seen:
-            continue
-        unit = [n for n in names if groups.get(n, object()) == groups[name]] if name in groups else [name]
-        seen.update(unit)
-        units.append(unit)
+        if name in groups:
+            members.setdefault(groups[name], []).append(name)
+    units = []
+    for name in names:
+        if name not in groups:
+            units.append([name])
+        elif members[groups[name]][0] == name:
+            units.append(members[groups[name]])
     return units
 
 
@@ -320,11 +326,12 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: 
                    else {name: (stored[name], shapes[name])})
             entries[shard].update(own)
             weight_map.update(dict.fromkeys(own, shard))
+        quantized_per_shard = Counter(home[name] for name in quantized)
         writers = {}
         for shard, f in handles.items():
             metadata = {"format": "pt", **(f.metadata() or {})}
             metadata.update({"quantization_format": format, "quantized_by": "fp4ops", "fp4ops_scale_rule": scale_rule,
-                             "fp4ops_quantized_tensors": str(sum(home[n] == shard for n in quantized)),  # this shard's
+                             "fp4ops_quantized_tensors": str(quantized_per_shard[shard]),  # this shard's
                              "fp4ops_layout": layout,
                              "fp4ops_dense_linears": json.dumps(dense)})  # in the whole model
             writers[shard] = stack.enter_context(SafetensorsWriter(os.path.join(out_dir, shard), entries[shard], metadata))
