@@ -21,7 +21,8 @@ names the format and every 2-D weight left dense, with the reason. Tensors strea
 a time (a fused group at once): the next is read while the current one is quantized (on the GPU
 when there is one) and the previous one written, so memory holds a few tensors, never the model;
 the progress bar counts bytes and the end reports the wall time and GB/s. The output goes to a
-temporary sibling of DST and is renamed into place at the end, with the modes the umask gives. `load` reads a quantized file or directory (either layout) back.
+temporary sibling of DST and is renamed into place at the end, with the modes the umask gives.
+`load` reads a quantized file or directory (either layout) back.
 """
 
 from __future__ import annotations
