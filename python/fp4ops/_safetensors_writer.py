@@ -25,6 +25,7 @@ SAFETENSORS_DTYPES = {
     torch.uint16: "U16", torch.uint32: "U32", torch.uint64: "U64", torch.bool: "BOOL",
     torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2", torch.float8_e8m0fnu: "F8_E8M0",
 }
+_TORCH_DTYPES = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 _ITEM_SIZES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
                "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
 
@@ -34,6 +35,11 @@ def item_size(dtype: str) -> int:
     if dtype not in _ITEM_SIZES:
         raise ValueError(f"dtype: unknown safetensors dtype {dtype!r}")
     return _ITEM_SIZES[dtype]
+
+
+def torch_dtype(name: str) -> torch.dtype | None:
+    """The torch dtype of a safetensors dtype name, None for one torch lacks here."""
+    return _TORCH_DTYPES.get(name)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -48,17 +54,14 @@ class SafetensorsWriter:
     written. Use as a context manager."""
 
     def __init__(self, path: str, entries: dict[str, tuple[str, tuple]], metadata: dict[str, str] | None = None):
-        unknown = sorted({dtype for dtype, _ in entries.values()} - set(_ITEM_SIZES))
-        if unknown:
-            raise ValueError(f"entries: unknown safetensors dtype {unknown[0]!r}")
         self.path, self.entries = path, dict(entries)
-        order = sorted(entries, key=lambda name: (-_ITEM_SIZES[entries[name][0]], name))
+        order = sorted(entries, key=lambda name: (-item_size(entries[name][0]), name))
         header: dict = {"__metadata__": dict(metadata)} if metadata else {}
         offset = 0
         self.ranges: dict[str, tuple[int, int]] = {}
         for name in order:
             dtype, shape = entries[name]
-            size = math.prod(shape) * _ITEM_SIZES[dtype]
+            size = math.prod(shape) * item_size(dtype)
             self.ranges[name] = (offset, offset + size)
             header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
             offset += size

@@ -46,7 +46,7 @@ from ._fused_groups import fused_groups, is_router
 from .demo import best_device, sqnr_db
 from .ops import amax as fp4ops_amax
 from .ops import quantize_mxfp4, quantize_nvfp4
-from ._safetensors_writer import SafetensorsWriter, item_size
+from ._safetensors_writer import SafetensorsWriter, item_size, torch_dtype
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
 DEFAULT_SKIP = ("embed", "norm", "lm_head")
@@ -60,10 +60,6 @@ class TensorReport:
     name: str
     shape: tuple
     sqnr_db: float
-
-
-# safetensors' dtype names of the float dtypes a quantizer takes.
-_SAFETENSORS_FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
 def is_linear_weight(name: str, shape, dtype: torch.dtype) -> bool:
@@ -310,7 +306,7 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: 
         slices = {name: handles[shard].get_slice(name) for name, shard in home.items()}
         shapes = {name: tuple(piece.get_shape()) for name, piece in slices.items()}
         stored = {name: piece.get_dtype() for name, piece in slices.items()}
-        dtypes = {name: _SAFETENSORS_FLOATS.get(kind, torch.uint8) for name, kind in stored.items()}
+        dtypes = {name: torch_dtype(kind) for name, kind in stored.items()}  # plan() quantizes float ones only
         decision = plan(shapes, dtypes, BLOCKS[format], skip, log=log)
         quantized = {name for name, reason in decision.items() if reason is None}
         for name in sorted(quantized):
