@@ -22,6 +22,24 @@ requires_caching_allocator = pytest.mark.skipif(
     reason="CUDA graph capture needs the caching allocator (PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set)")
 
 
+# pytest-xdist workers share the machine's cores; each torch's default of one thread per core would
+# oversubscribe them many times over, and the float64 references then crawl.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+
+def pytest_collection_modifyitems(config, items):
+    """FP4OPS_TESTS_CUDA_ONLY=1 deselects the tests parametrized with device "cpu": a GPU machine
+    whose commands have a time limit spends it on what only it can run (CI runs the CPU half)."""
+    if os.environ.get("FP4OPS_TESTS_CUDA_ONLY") != "1":
+        return
+    on_cpu = [item for item in items if getattr(item, "callspec", None) and item.callspec.params.get("device") == "cpu"]
+    if on_cpu:
+        config.hook.pytest_deselected(items=on_cpu)
+        skipped = set(on_cpu)
+        items[:] = [item for item in items if item not in skipped]
+
+
 @pytest.fixture(autouse=True)
 def fresh_seed():
     """Every test draws new random data; the seed is printed so a failure can be replayed."""

@@ -6,7 +6,9 @@
 # line: the group, pytest's closing line, its seconds. Builds first unless FP4OPS_SKIP_BUILD=1.
 #
 #   tools/gpu_check.sh LOG_DIR [GROUP ...]     default groups: all of them, in the order below
-#   FP4OPS_CUDA_ARCHS=9.0 (default here), MAX_JOBS=16, WORKERS=8, GROUP_SECONDS=240
+#   FP4OPS_CUDA_ARCHS=9.0 (default here), MAX_JOBS=16, WORKERS=8, GROUP_SECONDS=240,
+#   FP4OPS_TESTS_CUDA_ONLY=1 (default here: tests parametrized with device "cpu" are deselected;
+#   CI runs them; set 0 to run them too)
 #
 # Groups: linear gemv producers quantize recipe shared compile huge. Logs: LOG_DIR/build.log and
 # one LOG_DIR/tests-<group>.log each (the slowest tests listed at the end of each).
@@ -16,6 +18,7 @@ shift
 [ "$#" -eq 0 ] && set -- linear gemv producers quantize recipe shared compile huge
 mkdir -p "$log_dir"
 export FP4OPS_CUDA_ARCHS=${FP4OPS_CUDA_ARCHS:-9.0} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
+export FP4OPS_TESTS_CUDA_ONLY=${FP4OPS_TESTS_CUDA_ONLY:-1}
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 if [ "${FP4OPS_SKIP_BUILD:-0}" != 1 ]; then
