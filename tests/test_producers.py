@@ -12,12 +12,14 @@ in every_op.py (determinism, CUDA graphs, several GPUs)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
 import torch
 from conftest import (
     FLOAT_DTYPES,
+    HAS_CUDA,
     as_bytes,
     assert_exact,
     assert_same_bytes,
@@ -28,6 +30,7 @@ from conftest import (
 )
 
 import fp4ops
+import fp4ops._build
 from fp4ops import reference
 
 ops = torch.ops.fp4ops
@@ -358,6 +361,88 @@ def test_computed_global_scale(device, op):
     zeros = run(op, torch.zeros_like(x), t, weight)
     assert out.g.device == x.device and zeros.g.item() == 1.0
     assert (as_bytes(zeros.scales) == 0).all() and (zeros.y == 0).all()
+
+
+# Rows on either side of the CUDA launcher's one-launch limit for NVFP4 with its own g
+# (kOneLaunchMaxRows in producers.cu: one thread-block cluster up to 64 rows, two grid-wide passes
+# above), at model widths.
+ONE_LAUNCH_ROWS = [1, 5, 64, 65]
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rows", ONE_LAUNCH_ROWS)
+@pytest.mark.parametrize("hidden", [4096, 16384])
+@pytest.mark.parametrize("residual", [False, True], ids=["no_residual", "residual"])
+def test_rms_norm_own_global_scale_across_the_one_launch_rows(residual, hidden, rows, layout):
+    """Both CUDA paths: the plain quantizer on the op's own y, and bit for bit the CPU kernel (y,
+    the new residual, codes, scales, g)."""
+    needs_kernel("cuda", "rms_norm_quantize")
+    x, weight = op_input("rms_norm_quantize", (rows, hidden), torch.bfloat16)
+    r = random_input(x.shape, torch.bfloat16) if residual else None
+    t = Target("nvfp4", scale_layout=layout)
+    out = run_rms(x.cuda(), weight.cuda(), t, 1e-6, None if r is None else r.cuda())
+    assert_is_quantized_intermediate(out, t)
+    assert_exact(out.g, computed_global_scale(out.y))
+    cpu = run_rms(x, weight, t, 1e-6, r)
+    assert_same_values(out.y, cpu.y, "CUDA intermediate vs CPU")
+    assert_same_quantized(out, cpu, "CUDA vs CPU")
+    if residual:
+        assert_same_values(out.new_residual, cpu.new_residual, "CUDA new residual vs CPU")
+    # Without the intermediate (the serving call) the bytes are the same.
+    assert_same_quantized(run_rms(x.cuda(), weight.cuda(), t, 1e-6, None if r is None else r.cuda(),
+                                  intermediate=False), out, "return_intermediate=False")
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rows", ONE_LAUNCH_ROWS)
+@pytest.mark.parametrize("width", [4096, 14336])
+def test_silu_mul_own_global_scale_across_the_one_launch_rows(width, rows, layout):
+    """Both CUDA paths: the plain quantizer on the op's own y, y within SPEC 7's bound, and the same
+    bytes without the intermediate."""
+    needs_kernel("cuda", "silu_mul_quantize")
+    x, _ = op_input("silu_mul_quantize", (rows, width), torch.bfloat16, "cuda")
+    t = Target("nvfp4", scale_layout=layout)
+    out = run_silu(x, t)
+    assert_is_quantized_intermediate(out, t)
+    assert_exact(out.g, computed_global_scale(out.y))
+    assert_within_silu_bound(out.y, x)
+    assert_same_quantized(run_silu(x, t, intermediate=False), out, "return_intermediate=False")
+
+
+def clusters_built_and_present() -> bool:
+    """Whether the one-launch path can run: a GPU with thread-block clusters (sm_90 or later) and a
+    build whose every architecture has them, not JIT-compiled from older PTX."""
+    archs = fp4ops._build.cuda_archs()
+    built_for_clusters = all(float(a.rstrip("a").replace("+PTX", "")) >= 9.0 for a in archs)
+    return (HAS_CUDA and torch.cuda.get_device_capability() >= (9, 0) and built_for_clusters
+            and os.environ.get("CUDA_FORCE_PTX_JIT") != "1")
+
+
+def fp4ops_kernels_launched(fn) -> list[str]:
+    """Names of the fp4ops CUDA kernels that fn() launches."""
+    fn()  # the first call sets the kernels' attributes up; profile a later one
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows", [1, 32, 65])
+@pytest.mark.parametrize("op", OPS)
+def test_own_global_scale_is_one_launch_for_decode_rows(op, rows):
+    """NVFP4 with its own g in one launch for a decode step's rows (32 x 4096 needs a cluster of 8
+    CTAs, the portable size), three (zeroing, amax pass, quantize pass) above 64 rows."""
+    if not clusters_built_and_present():
+        pytest.skip("needs an sm_90+ GPU and a build with thread-block clusters for every architecture")
+    x, weight = op_input(op, (rows, 4096), torch.bfloat16, "cuda")
+    names = fp4ops_kernels_launched(lambda: run(op, x, Target("nvfp4"), weight, intermediate=False))
+    assert len(names) == (1 if rows <= 64 else 3), names
+    if rows <= 64:
+        assert "one_launch" in names[0]
 
 
 @pytest.mark.parametrize("op", OPS)

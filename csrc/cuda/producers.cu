@@ -2,13 +2,16 @@
 // synchronizes with the host, so both ops can be captured in a CUDA graph.
 //
 // A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g takes two passes
-// (the first, behind zero_words_kernel as its programmatic dependent, only reduces the amax of y
-// and writes the new residual): g depends on every element of y, so no block can be encoded before
-// the whole tensor has been read once.
+// (the first only reduces the amax of y and writes the new residual): g depends on every element
+// of y, so no block can be encoded before the whole tensor has been read once. In general the
+// passes are two launches spread over the whole GPU (the first behind zero_words_kernel as its
+// programmatic dependent). A decode step's few rows fit one thread-block cluster, which holds y in
+// registers and exchanges the amax in distributed shared memory: one launch, one read.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
 #include "../common/producer_checks.h"
+#include "cluster_launch.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
 #include "producers_kernels.cuh"
@@ -19,6 +22,25 @@ namespace {
 
 constexpr int kSiluThreads = 256;
 constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
+// NVFP4 with its own g over at most this many rows (a decode step) runs as one launch where one
+// thread-block cluster holds all of y at once (the *_one_launch_kernel: up to kMaxClusterCtas
+// CTAs, one row group or 1024 output blocks each); otherwise, and where the build or the GPU has no
+// clusters, as the two grid-wide launches.
+constexpr int64_t kOneLaunchMaxRows = 64;
+
+// Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
+// one cluster of just enough CTAs. False (nothing launched) where no cluster of that size can run
+// the kernel here: the caller takes the two-launch path.
+template <typename... KernelArgs, typename... Args>
+bool launch_one_cluster(void (*kernel)(KernelArgs...), int64_t work, int64_t per_cta, int threads, size_t smem,
+                        int device, cudaStream_t stream, Args&&... args) {
+  const int64_t ctas = (work + per_cta - 1) / per_cta;
+  if (ctas > kMaxClusterCtas) return false;
+  allow_dynamic_smem(kernel, smem, device);
+  if (cluster_ctas(kernel, static_cast<int>(ctas), threads, smem, device) != ctas) return false;
+  launch_cluster(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...);
+  return true;
+}
 
 // The outputs every producer returns: codes and scales of `logical`, and g (NVFP4) or an empty
 // placeholder (MXFP4).
@@ -129,6 +151,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
           res.defined() ? static_cast<T*>(residual_out.mutable_data_ptr()) : nullptr,
           static_cast<const W*>(w.const_data_ptr()),
           intermediate, rows, static_cast<int>(hidden), row_threads, static_cast<float>(eps)};
+      if (target.nvfp4 && !global_scale.has_value() && rows <= kOneLaunchMaxRows) {
+        bool launched = false;
+        with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
+          with_bool(res.defined(), [&](auto with_residual) {
+            const auto kernel =
+                rms_norm_quantize_one_launch_kernel<T, W, decltype(with_residual)::value, decltype(scale_index)>;
+            launched = launch_one_cluster(kernel, rows, kRmsMaxRowThreads / row_threads, kRmsMaxRowThreads,
+                                          rms_smem_bytes(kRmsMaxRowThreads), device, stream, first_pass,
+                                          out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+          });
+        });
+        if (launched) return;
+      }
       with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
         using Source = decltype(source);
         RmsNormArgs<T, W> args = first_pass;
@@ -198,6 +233,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
   };
   dispatch_float_type(x.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (target.nvfp4 && !global_scale.has_value() && rows <= kOneLaunchMaxRows) {
+      const SiluMulArgs<T> args = args_for(tag, target.block());
+      bool launched = false;
+      with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
+        launched = launch_one_cluster(silu_mul_quantize_one_launch_kernel<T, decltype(scale_index)>, args.num_blocks,
+                                      kSiluOneLaunchThreads, kSiluOneLaunchThreads, 0, x.get_device(), stream, args,
+                                      out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+      });
+      if (launched) return;
+    }
     with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
       using Source = decltype(source);
       SiluMulArgs<T> args = args_for(tag, target.block());

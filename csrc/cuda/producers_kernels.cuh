@@ -8,6 +8,8 @@
 // plain quantizer applied to y.
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -80,6 +82,40 @@ struct AmaxReducer {
   }
 };
 
+// The shared memory of cluster_finite_amax: this CTA's max, then the cluster's amax.
+struct ClusterAmaxScratch {
+  uint32_t cta_max_bits;
+  float amax;
+};
+
+// The one-launch paths' exchange (sm_90 and later: thread-block clusters): the finite amax of y
+// over the cluster, as the Nvfp4Source of the second pass (g from that amax; CTA 0 writes it to
+// g_out). Each CTA reduces its threads' maxima into its shared memory, and every thread reads all
+// the CTAs' through distributed shared memory. A max does not depend on the order, so this is the
+// amax the two-launch path's atomicMax finds. The second cluster barrier keeps every CTA, and with
+// it its shared memory, alive until all have read. Every thread of every CTA calls this once.
+__device__ __forceinline__ Nvfp4Source cluster_finite_amax(uint32_t thread_max_bits, uint32_t* scratch,
+                                                           ClusterAmaxScratch& shared, float* g_out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t m = block_reduce_max(thread_max_bits, scratch);
+  if (threadIdx.x == 0) shared.cta_max_bits = m;
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  if (threadIdx.x == 0) {
+    uint32_t all = 0;
+    for (unsigned rank = 0; rank < cluster.num_blocks(); ++rank) {
+      all = max(all, *cluster.map_shared_rank(&shared.cta_max_bits, rank));
+    }
+    shared.amax = __uint_as_float(all);
+  }
+  cluster.sync();  // also publishes shared.amax to this CTA's threads
+  return Nvfp4Source{&shared.amax, true, g_out};
+#else
+  __trap();  // the launcher takes the two-launch path on these GPUs
+  return Nvfp4Source{nullptr, true, g_out};
+#endif
+}
+
 // A CTA's format: NVFP4 tabulates its element multipliers in `table` (and block 0 publishes g,
 // Nvfp4Source); MXFP4 is a rule; the amax pass is its target. The caller synchronizes before the
 // first put.
@@ -107,7 +143,7 @@ __device__ __forceinline__ AmaxReducer make_sink(const AmaxTarget& target, uint8
 // y's fp32 values where a test asked for them (`intermediate` non-null): n floats at `out`,
 // 16-byte aligned (row starts are multiples of 16 elements).
 template <int kN>
-__device__ __forceinline__ void store_intermediate(float* out, const float (&y)[kN]) {
+__device__ __forceinline__ void store_intermediate(float* out, const float* y) {
 #pragma unroll
   for (int i = 0; i < kN; i += 4) *reinterpret_cast<float4*>(out + i) = make_float4(y[i], y[i + 1], y[i + 2], y[i + 3]);
 }
@@ -215,85 +251,182 @@ __device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W
 template <typename T, bool kResidual, class Source>
 constexpr int kRmsCtasPerSm = sizeof(T) == 2 && !std::is_same_v<Source, Mxfp4Source> ? 2 : 1;
 
-// One launch: rows in groups of blockDim.x / row_threads per CTA, grid-stride; dynamic shared
-// memory rms_smem_bytes(blockDim.x), the weights. Source is Nvfp4Source, Mxfp4Source or
-// AmaxTarget (the first pass of NVFP4 with its own g, which also writes the new residual; its
-// second pass runs this kernel on that residual without one).
+// The shared memory of an RMSNorm CTA besides its staged weights (stage_weights).
+struct RmsRowScratch {
+  float partial[kRmsMaxRowThreads / 32];
+  float row_rs[kRmsMaxRowThreads / 32];
+};
+
+// Where this thread's span of row row0 + (its row in the CTA's group) lies: its first element's
+// offset in x, and how many of its kRmsSpan elements the row holds (0 past the last row).
+struct RowSpan {
+  int64_t offset;
+  int live;
+};
+
+// This thread's span in the rows of the CTA's row groups: row0 + its row of the group.
+struct RowSpans {
+  int first;    // its first column
+  int valid;    // the row's elements from there, at most kRmsSpan: 0, 16 or 32
+  int own_row;  // its row in the group
+
+  template <typename T, typename W>
+  __device__ __forceinline__ explicit RowSpans(const RmsNormArgs<T, W>& args)
+      : first((threadIdx.x % args.row_threads) * kRmsSpan),
+        valid(max(0, min(kRmsSpan, args.hidden - first))),
+        own_row(threadIdx.x / args.row_threads) {}
+
+  template <typename T, typename W>
+  __device__ __forceinline__ RowSpan at(const RmsNormArgs<T, W>& args, int64_t row0) const {
+    return {(row0 + own_row) * args.hidden + first, row0 + own_row < args.rows ? valid : 0};
+  }
+};
+
+// This thread's h of its span: x, or with kResidual x + residual, which is also stored to
+// residual_out. Zeros past `live`.
+template <bool kResidual, typename T, typename W>
+__device__ __forceinline__ void load_row_span(const RmsNormArgs<T, W>& args, const RowSpan& span,
+                                              Vec8<T> (&h)[kRmsSpan / 8]) {
+  load_span(args.x + span.offset, span.live, h);
+  if constexpr (kResidual) {
+    // Both operands' loads first: the stores of h may alias them as far as the compiler knows,
+    // so a load after a store would wait for it.
+    Vec8<T> r[kRmsSpan / 8];
+    load_span(args.residual + span.offset, span.live, r);
+#pragma unroll
+    for (int g = 0; g < kRmsSpan / 8; ++g) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r[g].v[j])));
+      if (g * 8 < span.live) store_vec8(args.residual_out + span.offset + 8 * g, h[g]);
+    }
+  }
+}
+
+// rs of the row whose span this thread holds in h (row_rms_inverse: every CTA thread calls it).
+template <typename T, typename W>
+__device__ __forceinline__ float span_rms_inverse(const RmsNormArgs<T, W>& args, const Vec8<T> (&h)[kRmsSpan / 8],
+                                                  RmsRowScratch& scratch) {
+  float v[kRmsSpan];
+#pragma unroll
+  for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
+  return row_rms_inverse(pairwise_sum_of_squares(v), args, scratch.partial, scratch.row_rs);
+}
+
+// y of block b (kBlock elements) of this thread's span: (h * rs) * w.
+template <int kBlock, typename T>
+__device__ __forceinline__ void normalized_block(const Vec8<T> (&h)[kRmsSpan / 8], int b, float rs,
+                                                 const float4* staged_weights, float* y) {
+#pragma unroll
+  for (int g = 0; g < kBlock / 8; ++g) widen8<T>(h[b * kBlock / 8 + g], y + 8 * g);
+#pragma unroll
+  for (int q = 0; q < kBlock / 4; ++q) {
+    const float4 w = staged_weights[(b * kBlock / 4 + q) * blockDim.x + threadIdx.x];
+    y[4 * q] = rms_normalized(y[4 * q], rs, w.x);
+    y[4 * q + 1] = rms_normalized(y[4 * q + 1], rs, w.y);
+    y[4 * q + 2] = rms_normalized(y[4 * q + 2], rs, w.z);
+    y[4 * q + 3] = rms_normalized(y[4 * q + 3], rs, w.w);
+  }
+}
+
+// A CTA's rows, normalized into `sink` block by block: rows in groups of blockDim.x / row_threads
+// per CTA, grid-stride. The weights are staged (stage_weights, then a barrier) and the format is
+// ready. With kResidual, h = x + residual is also stored to residual_out.
+template <bool kResidual, typename T, typename W, class Format, class Sink>
+__device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
+                                              const float4* staged_weights, RmsRowScratch& scratch) {
+  constexpr int kBlock = Format::kBlock;
+  const int rows_per_cta = blockDim.x / args.row_threads;
+  // Rows advance by whole row groups (row0 is the CTA's group, the same in all its threads), so
+  // every thread runs the loop the same number of times (row_rms_inverse synchronizes).
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
+  const RowSpans spans(args);
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows; row0 += row_step) {
+    const RowSpan span = spans.at(args, row0);
+    Vec8<T> h[kRmsSpan / 8];
+    load_row_span<kResidual>(args, span, h);
+    const float rs = span_rms_inverse(args, h, scratch);
+    const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);  // a multiple
+    // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
+    // multiple of 32, so its live is 32.
+#pragma unroll
+    for (int b = 0; b < kRmsSpan / kBlock; ++b) {
+      if (b * kBlock < span.live) {
+        float y[kBlock];
+        normalized_block<kBlock>(h, b, rs, staged_weights, y);
+        sink.put(format, first_block + b, y);
+        if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
+      }
+    }
+  }
+}
+
+// Stages this thread's weights (the same span in every row it normalizes), then a barrier that
+// also covers whatever the CTA wrote to shared memory before (the format's table).
+template <typename T, typename W>
+__device__ __forceinline__ void stage_row_weights(const RmsNormArgs<T, W>& args, float4* staged_weights) {
+  const RowSpans spans(args);
+  stage_weights(args.weight + spans.first, spans.valid, staged_weights);
+  __syncthreads();
+}
+
+// One launch: rms_norm_rows into the source's sink; dynamic shared memory
+// rms_smem_bytes(blockDim.x), the weights. Source is Nvfp4Source, Mxfp4Source or AmaxTarget (the
+// first pass of NVFP4 with its own g, which also writes the new residual; its second pass runs
+// this kernel on that residual without one).
 template <typename T, typename W, bool kResidual, class Source, class ScaleIndex>
 __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual, Source>)) rms_norm_quantize_kernel(
     RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
-  __shared__ float partial[kRmsMaxRowThreads / 32];
-  __shared__ float row_rs[kRmsMaxRowThreads / 32];
+  __shared__ RmsRowScratch row_scratch;
   __shared__ uint32_t scratch[32];
   const auto format = make_format(source, table);
   auto sink = make_sink(source, data, scales, scale_index);
-  constexpr int kBlock = decltype(format)::kBlock;
-
-  const int rows_per_cta = blockDim.x / args.row_threads;
-  const int first = (threadIdx.x % args.row_threads) * kRmsSpan;  // this thread's span of its row
-  const int valid = max(0, min(kRmsSpan, args.hidden - first));   // 0, 16 or 32
-  stage_weights(args.weight + first, valid, staged_weights);
-  __syncthreads();  // the format's table
-
-  // Rows advance by whole row groups (row0 is the CTA's group, the same in all its threads), so
-  // every thread runs each loop below the same number of times (row_rms_inverse synchronizes).
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
-  const int own_row = threadIdx.x / args.row_threads;
-  const auto live_in = [&](int64_t row0) { return row0 + own_row < args.rows ? valid : 0; };
-  const auto offset_of = [&](int64_t row0) { return (row0 + own_row) * args.hidden + first; };
-  // A row whose x (plus residual) is in h, with its rs: y block by block into the sink.
-  const auto normalize_row = [&](int64_t row0, float rs, const Vec8<T>(&h)[kRmsSpan / 8]) {
-    const int live = live_in(row0);
-    const int64_t offset = offset_of(row0);
-    const uint64_t first_block = static_cast<uint64_t>(offset) / kBlock;  // offset: a multiple of the block
-    // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
-    // multiple of 32, so its live is 32.
-#pragma unroll
-    for (int b = 0; b < kRmsSpan / kBlock; ++b) {
-      if (b * kBlock < live) {
-        float y[kBlock];
-#pragma unroll
-        for (int g = 0; g < kBlock / 8; ++g) widen8<T>(h[b * kBlock / 8 + g], y + 8 * g);
-#pragma unroll
-        for (int q = 0; q < kBlock / 4; ++q) {
-          const float4 w = staged_weights[(b * kBlock / 4 + q) * blockDim.x + threadIdx.x];
-          y[4 * q] = rms_normalized(y[4 * q], rs, w.x);
-          y[4 * q + 1] = rms_normalized(y[4 * q + 1], rs, w.y);
-          y[4 * q + 2] = rms_normalized(y[4 * q + 2], rs, w.z);
-          y[4 * q + 3] = rms_normalized(y[4 * q + 3], rs, w.w);
-        }
-        sink.put(format, static_cast<int64_t>(first_block) + b, y);
-        if (args.intermediate != nullptr) store_intermediate(args.intermediate + offset + b * kBlock, y);
-      }
-    }
-  };
-
-  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows; row0 += row_step) {
-    const int live = live_in(row0);
-    const int64_t offset = offset_of(row0);
-    Vec8<T> h[kRmsSpan / 8];
-    load_span(args.x + offset, live, h);
-    if constexpr (kResidual) {
-      // Both operands' loads first: the stores of h may alias them as far as the compiler knows,
-      // so a load after a store would wait for it.
-      Vec8<T> r[kRmsSpan / 8];
-      load_span(args.residual + offset, live, r);
-#pragma unroll
-      for (int g = 0; g < kRmsSpan / 8; ++g) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) h[g].v[j] = from_float<T>(add_rn(to_float(h[g].v[j]), to_float(r[g].v[j])));
-        if (g * 8 < live) store_vec8(args.residual_out + offset + 8 * g, h[g]);
-      }
-    }
-    float v[kRmsSpan];
-#pragma unroll
-    for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
-    normalize_row(row0, row_rms_inverse(pairwise_sum_of_squares(v), args, partial, row_rs), h);
-  }
+  stage_row_weights(args, staged_weights);
+  rms_norm_rows<kResidual>(args, format, sink, staged_weights, row_scratch);
   sink.finish(scratch);
+}
+
+// NVFP4 with its own g in one launch and one read, for few rows (a decode step): the grid is one
+// thread-block cluster whose CTAs hold every row at once (one row group each), y in registers. The
+// CTAs exchange the amax of y through distributed shared memory (cluster_finite_amax) and encode
+// the y they hold: the same y and the same amax as the two-launch path, so the same bytes.
+// Dynamic shared memory as rms_norm_quantize_kernel.
+template <typename T, typename W, bool kResidual, class ScaleIndex>
+__global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_one_launch_kernel(
+    RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
+    ScaleIndex scale_index) {
+  constexpr int kBlock = kNvfp4Block;
+  extern __shared__ float4 staged_weights[];
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  __shared__ RmsRowScratch row_scratch;
+  __shared__ uint32_t scratch[32];
+  __shared__ ClusterAmaxScratch amax_scratch;
+  stage_row_weights(args, staged_weights);
+
+  const RowSpan span = RowSpans(args).at(args, static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads));
+  Vec8<T> h[kRmsSpan / 8];
+  load_row_span<kResidual>(args, span, h);
+  const float rs = span_rms_inverse(args, h, row_scratch);
+  float y[kRmsSpan];
+  AmaxReducer reducer{nullptr};
+#pragma unroll
+  for (int b = 0; b < kRmsSpan / kBlock; ++b) {
+    normalized_block<kBlock>(h, b, rs, staged_weights, y + b * kBlock);
+    if (b * kBlock < span.live) reducer.put(AmaxTarget{nullptr}, 0, y + b * kBlock);
+  }
+
+  const auto format = make_format(cluster_finite_amax(reducer.max_bits, scratch, amax_scratch, g_out), table);
+  __syncthreads();  // the format's table
+  const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
+#pragma unroll
+  for (int b = 0; b < kRmsSpan / kBlock; ++b) {
+    if (b * kBlock < span.live) {
+      sink.put(format, static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock) + b, y + b * kBlock);
+      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y + b * kBlock);
+    }
+  }
 }
 
 // SiLU-and-mul: grid-stride over the output's blocks of kBlock elements (the sink's block); block
@@ -308,6 +441,42 @@ struct SiluMulArgs {
   int64_t width;
 };
 
+// y of output block u (kBlock elements).
+template <int kBlock, typename T>
+__device__ __forceinline__ void silu_mul_block(const SiluMulArgs<T>& args, int64_t u, float* y) {
+  const bool small = args.num_blocks < (int64_t{1} << 32);
+  const int64_t row = small ? args.by_blocks_per_row.div(static_cast<uint32_t>(u)) : u / args.blocks_per_row;
+  const int64_t column = (u - row * args.blocks_per_row) * kBlock;
+  const T* gate = args.x + row * 2 * args.width + column;
+  Vec8<T> g_raw[kBlock / 8], u_raw[kBlock / 8];
+#pragma unroll
+  for (int g = 0; g < kBlock / 8; ++g) {
+    g_raw[g] = load_vec8<T, true>(gate, g);
+    u_raw[g] = load_vec8<T, true>(gate + args.width, g);
+  }
+  float up[8];
+#pragma unroll
+  for (int g = 0; g < kBlock / 8; ++g) {
+    widen8<T>(g_raw[g], y + 8 * g);
+    widen8<T>(u_raw[g], up);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[8 * g + j] = silu_mul(y[8 * g + j], up[j]);
+  }
+}
+
+// The blocks of y of this thread (grid-stride) into `sink`.
+template <typename T, class Format, class Sink>
+__device__ __forceinline__ void silu_mul_blocks(const SiluMulArgs<T>& args, const Format& format, Sink& sink) {
+  constexpr int kBlock = Format::kBlock;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < args.num_blocks;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float y[kBlock];
+    silu_mul_block<kBlock>(args, u, y);
+    sink.put(format, u, y);
+    if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
+  }
+}
+
 template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                          uint8_t* __restrict__ scales, ScaleIndex scale_index) {
@@ -316,31 +485,37 @@ __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uin
   const auto format = make_format(source, table);
   auto sink = make_sink(source, data, scales, scale_index);
   __syncthreads();
-  constexpr int kBlock = decltype(format)::kBlock;
-  const bool small = args.num_blocks < (int64_t{1} << 32);
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < args.num_blocks;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = small ? args.by_blocks_per_row.div(static_cast<uint32_t>(u)) : u / args.blocks_per_row;
-    const int64_t column = (u - row * args.blocks_per_row) * kBlock;
-    const T* gate = args.x + row * 2 * args.width + column;
-    Vec8<T> g_raw[kBlock / 8], u_raw[kBlock / 8];
-#pragma unroll
-    for (int g = 0; g < kBlock / 8; ++g) {
-      g_raw[g] = load_vec8<T, true>(gate, g);
-      u_raw[g] = load_vec8<T, true>(gate + args.width, g);
-    }
-    float y[kBlock], up[8];
-#pragma unroll
-    for (int g = 0; g < kBlock / 8; ++g) {
-      widen8<T>(g_raw[g], y + 8 * g);
-      widen8<T>(u_raw[g], up);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) y[8 * g + j] = silu_mul(y[8 * g + j], up[j]);
-    }
-    sink.put(format, u, y);
-    if (args.intermediate != nullptr) store_intermediate(args.intermediate + u * kBlock, y);
-  }
+  silu_mul_blocks(args, format, sink);
   sink.finish(scratch);
+}
+
+// NVFP4 with its own g in one launch and one read, as rms_norm_quantize_one_launch_kernel: one
+// cluster whose threads hold every output block at once (one each), y in registers.
+constexpr int kSiluOneLaunchThreads = 1024;
+
+template <typename T, class ScaleIndex>
+__global__ void __launch_bounds__(kSiluOneLaunchThreads, 1) silu_mul_quantize_one_launch_kernel(
+    SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
+    ScaleIndex scale_index) {
+  constexpr int kBlock = kNvfp4Block;
+  __shared__ float table[Nvfp4TabulatedFormat::kCodes];
+  __shared__ uint32_t scratch[32];
+  __shared__ ClusterAmaxScratch amax_scratch;
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool live = u < args.num_blocks;
+  float y[kBlock];
+  AmaxReducer reducer{nullptr};
+  if (live) {
+    silu_mul_block<kBlock>(args, u, y);
+    reducer.put(AmaxTarget{nullptr}, 0, y);
+  }
+  const auto format = make_format(cluster_finite_amax(reducer.max_bits, scratch, amax_scratch, g_out), table);
+  __syncthreads();  // the format's table
+  if (live) {
+    const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
+    sink.put(format, u, y);
+    if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
+  }
 }
 
 }  // namespace fp4ops::cuda
