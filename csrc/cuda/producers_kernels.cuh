@@ -89,7 +89,7 @@ struct ClusterAmaxScratch {
 };
 
 // The one-launch paths' exchange (sm_90 and later: thread-block clusters): the finite amax of y
-// over the cluster, as the Nvfp4Source of the second pass (g from that amax; CTA 0 writes it to
+// over the cluster, as the Nvfp4Source that encodes y (g from that amax; CTA 0 writes it to
 // g_out). Each CTA reduces its threads' maxima into its shared memory, and every thread reads all
 // the CTAs' through distributed shared memory. A max does not depend on the order, so this is the
 // amax the two-launch path's atomicMax finds. The second cluster barrier keeps every CTA, and with
@@ -345,7 +345,8 @@ __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, con
     Vec8<T> h[kRmsSpan / 8];
     load_row_span<kResidual>(args, span, h);
     const float rs = span_rms_inverse(args, h, scratch);
-    const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);  // a multiple
+    // offset is a multiple of the block; divided unsigned, the division is a shift.
+    const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);
     // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
     // multiple of 32, so its live is 32.
 #pragma unroll
