@@ -10,6 +10,10 @@
 #   FP4OPS_TESTS_CUDA_ONLY=1 (default here: tests parametrized with device "cpu" are deselected;
 #   CI runs them; set 0 to run them too)
 #
+# Older GPUs' code paths on a newer GPU: FP4OPS_CUDA_ARCHS=8.0+PTX CUDA_FORCE_PTX_JIT=1 makes the
+# driver compile the sm_80 PTX for the GPU at hand; the script then fills the driver's JIT cache
+# once (raised to 4 GB) before the groups, so that the workers do not all compile at once.
+#
 # Groups: linear gemv producers quantize recipe shared compile huge. Logs: LOG_DIR/build.log and
 # one LOG_DIR/tests-<group>.log each (the slowest tests listed at the end of each).
 set -u
@@ -39,6 +43,13 @@ files_of() {
     *) return 1 ;;
   esac
 }
+
+if [ "${CUDA_FORCE_PTX_JIT:-0}" = 1 ]; then
+  export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+  began=$(date +%s)
+  python3 -c "import torch, fp4ops; fp4ops.quantize_nvfp4(torch.ones(16, device='cuda')); torch.cuda.synchronize()"
+  echo "PTX JIT warm-up: rc=$? in $(( $(date +%s) - began )) s"
+fi
 
 status=0
 for group in "$@"; do
