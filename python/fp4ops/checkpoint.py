@@ -67,11 +67,6 @@ def is_linear_weight(name: str, shape, dtype: torch.dtype) -> bool:
     return name.split(".")[-1] == "weight" and len(shape) == 2 and dtype in FLOAT_DTYPES
 
 
-def should_quantize(name: str, tensor: torch.Tensor, block: int, skip) -> bool:
-    return (is_linear_weight(name, tensor.shape, tensor.dtype) and tensor.shape[-1] % block == 0
-            and not is_router(name) and not any(pattern in name for pattern in skip))
-
-
 def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, skip, log=print) -> dict[str, str | None]:
     """For every linear weight: None (quantize it) or why it stays dense. A fused group is decided
     as a whole: one member that must stay dense keeps the others dense too (an engine cannot
