@@ -13,8 +13,8 @@
 
 namespace fp4ops::cuda {
 
-// The portable cluster size, and the largest that some GPUs (H100, H200) allow a kernel that opts
-// in.
+// The portable cluster size, and the largest non-portable one a kernel can opt in to (where the
+// GPU allows it: the occupancy query decides).
 constexpr int kPortableClusterCtas = 8;
 constexpr int kMaxClusterCtas = 16;
 
