@@ -430,18 +430,28 @@ def fp4ops_kernels_launched(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
 
 
+# (op, rows, hidden, kernels launched): one where the cluster holds at most two CTAs (rows x hidden
+# up to 2^15) or, for RMSNorm, rows of 512 threads (8 x 16384: eight CTAs, the portable size), as
+# the two-launch grid has; three (zeroing, amax pass, quantize pass) otherwise and above 64 rows.
+OWN_SCALE_LAUNCHES = [
+    ("rms_norm_quantize", 1, 4096, 1), ("rms_norm_quantize", 8, 4096, 1), ("rms_norm_quantize", 32, 4096, 3),
+    ("rms_norm_quantize", 8, 16384, 1), ("rms_norm_quantize", 65, 4096, 3),
+    ("silu_mul_quantize", 1, 4096, 1), ("silu_mul_quantize", 8, 4096, 1), ("silu_mul_quantize", 32, 4096, 3),
+    ("silu_mul_quantize", 8, 16384, 3), ("silu_mul_quantize", 65, 4096, 3),
+]
+
+
 @requires_cuda
-@pytest.mark.parametrize("rows", [1, 32, 65])
-@pytest.mark.parametrize("op", OPS)
-def test_own_global_scale_is_one_launch_for_decode_rows(op, rows):
-    """NVFP4 with its own g in one launch for a decode step's rows (32 x 4096 needs a cluster of 8
-    CTAs, the portable size), three (zeroing, amax pass, quantize pass) above 64 rows."""
+@pytest.mark.parametrize(("op", "rows", "hidden", "launches"), OWN_SCALE_LAUNCHES)
+def test_own_global_scale_launches(op, rows, hidden, launches):
+    """NVFP4 with its own g in one launch for a decode step's rows where a cluster loses no
+    parallelism, in three otherwise."""
     if not clusters_built_and_present():
         pytest.skip("needs an sm_90+ GPU and a build with thread-block clusters for every architecture")
-    x, weight = op_input(op, (rows, 4096), torch.bfloat16, "cuda")
+    x, weight = op_input(op, (rows, hidden), torch.bfloat16, "cuda")
     names = fp4ops_kernels_launched(lambda: run(op, x, Target("nvfp4"), weight, intermediate=False))
-    assert len(names) == (1 if rows <= 64 else 3), names
-    if rows <= 64:
+    assert len(names) == launches, names
+    if launches == 1:
         assert "one_launch" in names[0]
 
 

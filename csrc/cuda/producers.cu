@@ -24,18 +24,22 @@ constexpr int kSiluThreads = 256;
 constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 // NVFP4 with its own g over at most this many rows (a decode step) runs as one launch where one
 // thread-block cluster holds all of y at once (the *_one_launch_kernel: up to kMaxClusterCtas
-// CTAs, one row group or 1024 output blocks each); otherwise, and where the build or the GPU has no
-// clusters, as the two grid-wide launches.
+// CTAs, one row group or 1024 output blocks each) and loses no parallelism to the two grid-wide
+// launches: at most kOneLaunchAnyCtas CTAs (too little work to spread), or as many CTAs as the
+// two-launch grid would have (RMSNorm rows of 512 threads); otherwise, and where the build or the
+// GPU has no clusters, as the two launches (docs/performance.md, "Fused producers").
 constexpr int64_t kOneLaunchMaxRows = 64;
+constexpr int64_t kOneLaunchAnyCtas = 2;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
-// one cluster of just enough CTAs. False (nothing launched) where no cluster of that size can run
-// the kernel here: the caller takes the two-launch path.
+// one cluster of just enough CTAs, where kOneLaunchMaxRows' rule allows (`as_parallel`: the
+// cluster has as many CTAs as the two-launch grid). False (nothing launched) where it does not, or
+// where no cluster of that size can run the kernel here: the caller takes the two-launch path.
 template <typename... KernelArgs, typename... Args>
-bool launch_one_cluster(void (*kernel)(KernelArgs...), int64_t work, int64_t per_cta, int threads, size_t smem,
-                        int device, cudaStream_t stream, Args&&... args) {
+bool launch_one_cluster(void (*kernel)(KernelArgs...), int64_t work, int64_t per_cta, bool as_parallel, int threads,
+                        size_t smem, int device, cudaStream_t stream, Args&&... args) {
   const int64_t ctas = (work + per_cta - 1) / per_cta;
-  if (ctas > kMaxClusterCtas) return false;
+  if (ctas > kMaxClusterCtas || (ctas > kOneLaunchAnyCtas && !as_parallel)) return false;
   allow_dynamic_smem(kernel, smem, device);
   if (cluster_ctas(kernel, static_cast<int>(ctas), threads, smem, device) != ctas) return false;
   launch_cluster(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...);
@@ -157,7 +161,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
           with_bool(res.defined(), [&](auto with_residual) {
             const auto kernel =
                 rms_norm_quantize_one_launch_kernel<T, W, decltype(with_residual)::value, decltype(scale_index)>;
-            launched = launch_one_cluster(kernel, rows, kRmsMaxRowThreads / row_threads, kRmsMaxRowThreads,
+            launched = launch_one_cluster(kernel, rows, kRmsMaxRowThreads / row_threads,
+                                          row_threads == kRmsMaxRowThreads, kRmsMaxRowThreads,
                                           rms_smem_bytes(kRmsMaxRowThreads), device, stream, first_pass,
                                           out.g.mutable_data_ptr<float>(), data, scales, scale_index);
           });
@@ -238,7 +243,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       bool launched = false;
       with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
         launched = launch_one_cluster(silu_mul_quantize_one_launch_kernel<T, decltype(scale_index)>, args.num_blocks,
-                                      kSiluOneLaunchThreads, kSiluOneLaunchThreads, 0, x.get_device(), stream, args,
+                                      kSiluOneLaunchThreads, false, kSiluOneLaunchThreads, 0, x.get_device(), stream, args,
                                       out.g.mutable_data_ptr<float>(), data, scales, scale_index);
       });
       if (launched) return;
