@@ -9,8 +9,11 @@ at least 4x the L2, called back to back in one CUDA graph with no flush between 
 per layer is a graph replay's median over the layer count. Implementations, each on the same x:
 - `bf16`: F.linear with the weight in x's dtype (cuBLAS), the layer a serving engine would
   otherwise run;
-- `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count;
+- `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count; with
+  `--dtypes fp4` (W4A4), `fp4ops.linear` of x quantized to the weight's format once before the
+  graph (as a fused producer would hand it over), bf16 out, at the kernel family's rows (<= 64);
 - `dequant`: dequantize the FP4 weight, then F.linear (the floor FP4 must never be slower than).
+The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
 At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
 scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gate, up, down) for
 4 layers, timed the same way; tokens/s is rows / (time of the stack x 8), i.e. the linears of the
@@ -46,6 +49,8 @@ LLAMA_8B_LAYERS = 32
 LLAMA_STACK_LAYERS = 4
 # (rows at most, speed-up over bf16 at least): the linear targets of docs/performance.md.
 SPEEDUP_TARGETS = [(16, 3.4), (32, 2.5), (64, 1.6)]
+# FP4 x is timed up to the kernel family's rows; above them the op dequantizes both operands.
+FP4_X_MAX_ROWS = 64
 REPLAYS = 20
 
 
@@ -69,10 +74,12 @@ def make_layers(shapes: list[tuple[int, int]], copies: int, fmt: str, dtype: tor
     return fp4_layers, dense_weights
 
 
-def implementations(fp4_layers: list, dense_weights: list) -> dict:
+def implementations(fp4_layers: list, dense_weights: list, fp4_x=None) -> dict:
     """name -> a callable running x through every layer in turn (each layer's own input: a decode
-    step's linears do not feed each other's shapes)."""
+    step's linears do not feed each other's shapes). fp4_x: the FP4 layers take it (W4A4) instead."""
     def run_fp4(x):
+        if fp4_x is not None:
+            return [fp4ops.linear(fp4_x, layer.quantized_weight(), out_dtype=torch.bfloat16) for layer in fp4_layers]
         return [layer(x) for layer in fp4_layers]
 
     def run_dense(x):
@@ -107,27 +114,32 @@ def target_for(rows: int) -> float | None:
     return next((goal for limit, goal in SPEEDUP_TARGETS if rows <= limit), None)
 
 
-def measure_shape(shape, fmt, dtype, rows_list, timer, ceilings, l2_bytes) -> list[dict]:
+def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes) -> list[dict]:
+    """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines)."""
     n, k = shape
+    fp4_x = x_kind == "fp4"
+    dtype = torch.bfloat16 if fp4_x else getattr(torch, x_kind)
     copies = layer_count(n, k, fmt, l2_bytes) if timer.cuda else 2
     fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device)
-    impls = implementations(fp4_layers, dense)
     rows_out = []
     for rows in rows_list:
         x = torch.randn(rows, k, device=timer.device, dtype=dtype)
+        xq = (fp4ops.quantize_nvfp4(x) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(x)) if fp4_x else None
+        impls = implementations(fp4_layers, dense, xq)
         us = {name: time_stream(fn, x, timer) / copies for name, fn in impls.items()}
-        row = {"n": n, "k": k, "format": fmt, "dtype": str(dtype).removeprefix("torch."), "rows": rows, "layers": copies,
+        row = {"n": n, "k": k, "format": fmt, "dtype": x_kind, "rows": rows, "layers": copies,
                **{f"{name}_us": value for name, value in us.items()},
                "speedup_vs_bf16": us["bf16"] / us["fp4"], "speedup_vs_dequant": us["dequant"] / us["fp4"],
                "target": target_for(rows)}
         if rows == 1:
-            moved = fp4_weight_bytes(n, k, fmt) + (k + n) * x.element_size()
+            x_bytes = fp4_weight_bytes(1, k, fmt) if fp4_x else k * x.element_size()
+            moved = fp4_weight_bytes(n, k, fmt) + x_bytes + n * x.element_size()
             row["pct_of_copy"] = 100 * moved / us["fp4"] / 1e3 / ceilings["copy"]
         rows_out.append(row)
         print(f"  {n:>6} x {k:<6} {fmt} {row['dtype']:<8} rows {rows:>5}: fp4 {us['fp4']:8.2f} us, bf16 {us['bf16']:8.2f} us, "
               f"dequant {us['dequant']:8.2f} us -> {row['speedup_vs_bf16']:.2f}x"
               + (f", {row['pct_of_copy']:.1f}% of copy" if "pct_of_copy" in row else ""), flush=True)
-    del fp4_layers, dense, impls
+    del fp4_layers, dense
     return rows_out
 
 
@@ -207,7 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--shapes", nargs="+", metavar="N,K", default=None, help="weight shapes (default: the Llama 8B/70B set)")
     p.add_argument("--rows", type=int, nargs="+", default=None, help="rows of x (default 1 .. 4096)")
     p.add_argument("--formats", nargs="+", choices=["nvfp4", "mxfp4"], default=["nvfp4", "mxfp4"])
-    p.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16"])
+    p.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16", "fp4"], default=["bfloat16"],
+                   help="x: bf16, fp16, or fp4 (W4A4: x in the weight's format, rows up to 64)")
     p.add_argument("--llama-rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--llama-only", action="store_true", help="only the Llama-3.1-8B stack")
     p.add_argument("--no-llama", action="store_true", help="skip the Llama-3.1-8B stack")
@@ -232,15 +245,17 @@ def main(argv: list[str] | None = None) -> dict:
     with torch.no_grad():
         if not args.llama_only:
             for fmt in args.formats:
-                for dtype in (getattr(torch, d) for d in args.dtypes):
+                for x_kind in args.dtypes:
+                    rows_here = [r for r in rows_list if r <= FP4_X_MAX_ROWS] if x_kind == "fp4" else rows_list
                     for shape in shapes:
-                        result["rows"] += measure_shape(shape, fmt, dtype, rows_list, timer, ceilings, l2_bytes)
+                        result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes)
                         json_path.write_text(json.dumps(result, indent=1))
                         if cuda:
                             torch.cuda.empty_cache()
         if not args.no_llama:
+            llama_dtype = next((getattr(torch, d) for d in args.dtypes if d != "fp4"), torch.bfloat16)
             for fmt in args.formats:
-                result["llama"] += measure_llama(fmt, getattr(torch, args.dtypes[0]), args.llama_rows if cuda else [1, 2], timer)
+                result["llama"] += measure_llama(fmt, llama_dtype, args.llama_rows if cuda else [1, 2], timer)
     json_path.write_text(json.dumps(result, indent=1))
     (out_dir / f"decode_{tag}.md").write_text(markdown(result))
     plot(result, out_dir / f"decode_{tag}.png")

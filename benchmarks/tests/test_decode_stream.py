@@ -37,3 +37,12 @@ def test_markdown_lists_the_llama_rows():
     result = {"banner_line": "GPU", "rows": [], "llama": [
         {"format": "nvfp4", "dtype": "bfloat16", "rows": 8, "fp4_tokens_per_s": 3000.0, "bf16_tokens_per_s": 1000.0}]}
     assert "| nvfp4 | bfloat16 | 8 | 3000 | 1000 | 3.00x |" in decode_stream.markdown(result)
+
+
+def test_cpu_run_with_fp4_x(tmp_path):
+    """W4A4 rows: x quantized to the weight's format, only up to the kernel family's rows."""
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1", "65",
+                                 "--formats", "nvfp4", "--dtypes", "fp4", "--no-llama", "--tag", "test"])
+    assert [(r["dtype"], r["rows"]) for r in result["rows"]] == [("fp4", 1)]
+    assert result["rows"][0]["fp4_us"] > 0 and "pct_of_copy" in result["rows"][0]
+    assert "| 64 x 128 | nvfp4 | fp4 | 1 |" in (tmp_path / "decode_test.md").read_text()
