@@ -88,21 +88,36 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
 // lets the one after it launch once all its CTAs run: dense x past one column tile is permuted
-// into the decoders' pairing (linear_permute_x_kernel) while the linear kernel's CTAs start and
-// prefetch their weight to L2, the reduction of the K ranges (linear_reduce_kernel) waits for the
-// linear kernel, and the next layer's kernel prefetches its own weight meanwhile.
+// into the decoders' pairing (linear_permute_x_kernel; NVFP4 x decoded into it,
+// linear_decode_nvfp4_x_kernel) while the linear kernel's CTAs start and prefetch their weight to
+// L2, the reduction of the K ranges (linear_reduce_kernel) waits for the linear kernel, and the
+// next layer's kernel prefetches its own weight meanwhile. `x_paired`: dense x is in the pairing
+// already.
 template <class Format, typename XT>
-void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  at::Tensor permuted;
+void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device, bool x_paired = false) {
+  at::Tensor paired;
   bool resident = false;
+  if constexpr (std::is_same_v<XT, uint8_t> && std::is_same_v<Format, Nvfp4Format>) {
+    // Past one column tile every warp would decode the CTA's rows of x again: decode them once.
+    if (args.m > 8) {
+      paired = at::empty({args.m, args.k}, options.dtype(at::kHalf));
+      const int64_t chunks = args.m * args.k / 8;
+      launch_dependent(linear_decode_nvfp4_x_kernel, grid_for(chunks, 256), 256, stream, static_cast<const uint32_t*>(args.x),
+                       args.x_scales, static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
+      args.x = paired.const_data_ptr();
+      args.x_scales = nullptr;
+      args.x_prescaled = true;
+      return launch_mma<Format, __half>(args, options, stream, device, true);
+    }
+  }
   if constexpr (!std::is_same_v<XT, uint8_t>) {
     resident = resident_x(args);
-    if (args.m > 8) {  // LinearLayout::kXPermuted
-      permuted = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
+    if (args.m > 8 && !x_paired) {  // LinearLayout::kXPermuted
+      paired = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
       const int64_t chunks = args.m * args.k / 8;
       launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
-                       static_cast<uint4*>(permuted.mutable_data_ptr()), chunks);
-      args.x = permuted.const_data_ptr();
+                       static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
+      args.x = paired.const_data_ptr();
     }
   }
   with_column_tiles(args.m, [&](auto tiles_tag) {

@@ -57,6 +57,7 @@ struct LinearArgs {
   const void* x;            // [M, K] fp16/bf16, or uint8 [M, K/2]
   const uint8_t* x_scales;  // [M, K/block] for FP4 x, else nullptr
   const float* x_global;    // NVFP4 global scale of FP4 x, or nullptr (1)
+  bool x_prescaled;         // dense x from linear_decode_nvfp4_x_kernel, carrying 2^kExponent like W
   const void* bias;         // [N] or nullptr
   LinearBias bias_type;
   int64_t m, n, k;
@@ -311,6 +312,30 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
 #endif
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = paired_x_chunk<XT>(x[i]);
+  }
+}
+
+// NVFP4 x (W4A4) past one column tile, decoded once per call into the B registers that the FP4-x
+// kernel builds from it in every warp: each 8 elements (32 bits of codes) as the fp16 decoder's
+// four registers, each times the factor of its block's scale (LinearScaling<__half>), 16 bytes in
+// the pairing in which linear_permute_x_kernel leaves dense x. The dense-x kernels then multiply the
+// same B values in the same order (carrying 2^kExponent: LinearArgs::x_prescaled) and give
+// the FP4-x kernel's bits, with each element of x decoded once instead of once per warp. `codes`:
+// [M, K/2] bytes as words; `scales`: [M, K/16] E4M3 codes (linear); both rows of whole steps.
+__global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32_t* __restrict__ codes,
+                                                                   const uint8_t* __restrict__ scales,
+                                                                   uint4* __restrict__ out, int64_t chunks) {
+  using Scaling = LinearScaling<__half>;
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Regs4 v = Scaling::decode(codes[i]);
+    const uint32_t factor = Scaling::factor(e4m3x2_to_float2(scales[i / 2]).x);  // 16-element blocks: two chunks each
+#pragma unroll
+    for (int r = 0; r < 4; ++r) v.reg[r] = Scaling::mul(v.reg[r], factor);
+    out[i] = make_uint4(v.reg[0], v.reg[1], v.reg[2], v.reg[3]);
   }
 }
 
@@ -611,16 +636,19 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   cp_async_wait<0>();
 
   // acc.v[j][i]: weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. NVFP4 operands carried
-  // 2^kExponent per prescaled operand; undone exactly here.
+  // 2^kExponent per prescaled operand (pre-decoded NVFP4 x: args.x_prescaled); undone
+  // exactly here, in one multiply.
   constexpr int kCarried = Layout::kNvfp4 ? (Layout::kFp4X ? 2 : 1) * LinearScaling<MmaT>::kExponent : 0;
-  const float undo = exp2_int(-kCarried);
+  // (The exponent is the device code's: the decoder, and with it kExponent, depends on the architecture.)
+  const int carried = kCarried + (Layout::kNvfp4 && !Layout::kFp4X && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
+  const float undo = exp2_int(-carried);
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t feature = th.row0 + th.g + 8 * (i / 2), token = th.token0 + 8 * j + 2 * th.t + i % 2;
       if (feature >= args.n || token >= args.m) continue;
-      const float sum = kCarried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo);
+      const float sum = carried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo);
       if (args.splits == 1) {
         linear_store(args, token, feature, sum);
       } else {
