@@ -88,28 +88,15 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
 // lets the one after it launch once all its CTAs run: dense x past one column tile is permuted
-// into the decoders' pairing (linear_permute_x_kernel; NVFP4 x decoded into it,
+// into the decoders' pairing (linear_permute_x_kernel; NVFP4 x is decoded by
 // linear_decode_nvfp4_x_kernel) while the linear kernel's CTAs start and prefetch their weight to
 // L2, the reduction of the K ranges (linear_reduce_kernel) waits for the linear kernel, and the
 // next layer's kernel prefetches its own weight meanwhile. `x_paired`: dense x is in the pairing
 // already.
 template <class Format, typename XT>
-void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device, bool x_paired = false) {
+void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device, bool x_paired) {
   at::Tensor paired;
   bool resident = false;
-  if constexpr (std::is_same_v<XT, uint8_t> && std::is_same_v<Format, Nvfp4Format>) {
-    // Past one column tile every warp would decode the CTA's rows of x again: decode them once.
-    if (args.m > 8) {
-      paired = at::empty({args.m, args.k}, options.dtype(at::kHalf));
-      const int64_t chunks = args.m * args.k / 8;
-      launch_dependent(linear_decode_nvfp4_x_kernel, grid_for(chunks, 256), 256, stream, static_cast<const uint32_t*>(args.x),
-                       args.x_scales, static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
-      args.x = paired.const_data_ptr();
-      args.x_scales = nullptr;
-      args.x_prescaled = true;
-      return launch_mma<Format, __half>(args, options, stream, device, true);
-    }
-  }
   if constexpr (!std::is_same_v<XT, uint8_t>) {
     resident = resident_x(args);
     if (args.m > 8 && !x_paired) {  // LinearLayout::kXPermuted
@@ -128,6 +115,28 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
     launch_linear_kernel<Format, XT, kNt, false>(args, stream, device);
   });
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
+}
+
+// The kernels for x of type XT (uint8_t: FP4 x). NVFP4 x is decoded once into the fp16 B values
+// the kernels would otherwise build from it in every warp (linear_decode_nvfp4_x_kernel), in the
+// pairing past one column tile (else in the natural order, which a one-tile kernel pairs as it
+// loads), and runs as dense fp16 x.
+template <class Format, typename XT>
+void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
+  if constexpr (std::is_same_v<XT, uint8_t> && std::is_same_v<Format, Nvfp4Format>) {
+    const bool pairing = args.m > 8;  // LinearLayout::kXPermuted
+    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
+    const int64_t chunks = args.m * args.k / 8;
+    launch_dependent(pairing ? linear_decode_nvfp4_x_kernel<true> : linear_decode_nvfp4_x_kernel<false>, grid_for(chunks, 256),
+                     256, stream, static_cast<const uint32_t*>(args.x), args.x_scales,
+                     static_cast<uint4*>(decoded.mutable_data_ptr()), chunks);
+    args.x = decoded.const_data_ptr();
+    args.x_scales = nullptr;
+    args.x_prescaled = true;
+    launch_mma_kernels<Format, __half>(args, options, stream, device, pairing);
+  } else {
+    launch_mma_kernels<Format, XT>(args, options, stream, device, false);
+  }
 }
 
 // An FP4 tensor in `dtype`, its NVFP4 global scale folded in (1 where it has none).

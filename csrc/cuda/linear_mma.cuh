@@ -28,7 +28,8 @@
 // significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4: an E8M0
 // scale spans 2^-127 .. 2^127, beyond fp16, so each 32-element block's two MMAs sum into a zeroed
 // fragment that is scaled in fp32 and added (one fma) to the accumulator. FP4 x: decoded like W
-// (fp16), NVFP4 x prescaled likewise, MXFP4 x scaled with W's block scale in fp32.
+// (fp16); NVFP4 x once per call, prescaled likewise, into dense fp16 x (linear_decode_nvfp4_x_kernel),
+// MXFP4 x in each warp, scaled with W's block scale in fp32.
 #pragma once
 
 #include <cstdint>
@@ -285,6 +286,26 @@ __device__ __forceinline__ uint32_t pair_for(Pairing pairing, const uint32_t (&w
   return __byte_perm(words[lo / 2], words[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
 }
 
+// The inverse of pair_for: registers in `pairing` back to 8 elements in their natural order
+// (pairs (0,1) (2,3) (4,5) (6,7)), one byte_perm per word.
+__device__ __forceinline__ Regs4 natural_order(Pairing pairing, const Regs4& paired) {
+  const auto half_of = [&](int element) {  // (register, half) holding `element`
+    for (int r = 0; r < 4; ++r) {
+      for (int h = 0; h < 2; ++h) {
+        if (element_for(pairing, r, h) == element) return 2 * r + h;
+      }
+    }
+    return 0;
+  };
+  Regs4 out;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const int lo = half_of(2 * w), hi = half_of(2 * w + 1);
+    out.reg[w] = __byte_perm(paired.reg[lo / 2], paired.reg[hi / 2], (lo % 2 ? 0x32u : 0x10u) | ((hi % 2 ? 0x76u : 0x54u) << 8));
+  }
+  return out;
+}
+
 // The decoders' element pairing, which dense x must share (the same for NVFP4's and MXFP4's
 // decoders of one type, see LinearScaling and DenseOperand).
 template <typename XT>
@@ -315,13 +336,14 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
   }
 }
 
-// NVFP4 x (W4A4) past one column tile, decoded once per call into the B registers that the FP4-x
-// kernel builds from it in every warp: each 8 elements (32 bits of codes) as the fp16 decoder's
-// four registers, each times the factor of its block's scale (LinearScaling<__half>), 16 bytes in
-// the pairing in which linear_permute_x_kernel leaves dense x. The dense-x kernels then multiply the
-// same B values in the same order (carrying 2^kExponent: LinearArgs::x_prescaled) and give
-// the FP4-x kernel's bits, with each element of x decoded once instead of once per warp. `codes`:
-// [M, K/2] bytes as words; `scales`: [M, K/16] E4M3 codes (linear); both rows of whole steps.
+// NVFP4 x (W4A4), decoded once per call instead of once per warp that uses it: each 8 elements (32
+// bits of codes) as the fp16 decoder's four registers, each times the factor of its block's scale
+// (LinearScaling<__half>, as W is prescaled: exact, carrying 2^kExponent, which the kernel undoes
+// with W's: LinearArgs::x_prescaled). kPaired: 16 bytes in the pairing in which
+// linear_permute_x_kernel leaves dense x (past one column tile); else in the natural order, which a
+// one-tile kernel pairs as it loads. The dense fp16 kernels then take it. `codes`: [M, K/2] bytes
+// as words; `scales`: [M, K/16] E4M3 codes (linear); both rows of whole steps.
+template <bool kPaired>
 __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32_t* __restrict__ codes,
                                                                    const uint8_t* __restrict__ scales,
                                                                    uint4* __restrict__ out, int64_t chunks) {
@@ -335,6 +357,7 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32
     const uint32_t factor = Scaling::factor(e4m3x2_to_float2(scales[i / 2]).x);  // 16-element blocks: two chunks each
 #pragma unroll
     for (int r = 0; r < 4; ++r) v.reg[r] = Scaling::mul(v.reg[r], factor);
+    if constexpr (!kPaired) v = natural_order(Scaling::kPairing, v);
     out[i] = make_uint4(v.reg[0], v.reg[1], v.reg[2], v.reg[3]);
   }
 }
@@ -408,6 +431,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
   const uint32_t w_scales = stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes;
 
   if constexpr (Layout::kNvfp4) {
+    static_assert(!Layout::kFp4X, "NVFP4 x is decoded once per call (linear_decode_nvfp4_x_kernel)");
     // Per row half h, unit u: the factor (block scale x 2^kFactorExponent) of the lane's block.
     uint32_t factors[4][2];
 #pragma unroll
@@ -417,14 +441,6 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
       factors[0][h] = Scaling::factor(s01.x), factors[1][h] = Scaling::factor(s01.y);
       factors[2][h] = Scaling::factor(s23.x), factors[3][h] = Scaling::factor(s23.y);
     }
-    // FP4 x: the same selection from each column tile's token row.
-    [[maybe_unused]] uint32_t x_codes[kNt];
-    if constexpr (Layout::kFp4X) {
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        x_codes[j] = lane_block_codes(lds_64(stage + Layout::x_scales_offset(th.warps) + (8 * j + th.g) * 8), nvfp4_selector);
-      }
-    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
@@ -432,16 +448,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
       for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0]), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1]);
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
-        const int token = 8 * j + th.g;
-        Regs4 b;
-        if constexpr (Layout::kFp4X) {
-          b = Scaling::decode(lds_u32(x_step + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
-          const uint32_t fx = Scaling::factor(e4m3x2_to_float2(x_codes[j] >> (8 * u) & 0xFFu).x);
-#pragma unroll
-          for (int r = 0; r < 4; ++r) b.reg[r] = Scaling::mul(b.reg[r], fx);
-        } else {
-          b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
-        }
+        const Regs4 b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
       }
@@ -638,9 +645,9 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   // acc.v[j][i]: weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. NVFP4 operands carried
   // 2^kExponent per prescaled operand (pre-decoded NVFP4 x: args.x_prescaled); undone
   // exactly here, in one multiply.
-  constexpr int kCarried = Layout::kNvfp4 ? (Layout::kFp4X ? 2 : 1) * LinearScaling<MmaT>::kExponent : 0;
   // (The exponent is the device code's: the decoder, and with it kExponent, depends on the architecture.)
-  const int carried = kCarried + (Layout::kNvfp4 && !Layout::kFp4X && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
+  constexpr int kCarried = Layout::kNvfp4 ? LinearScaling<MmaT>::kExponent : 0;
+  const int carried = kCarried + (Layout::kNvfp4 && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
   const float undo = exp2_int(-carried);
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
