@@ -10,9 +10,10 @@
 #   FP4OPS_TESTS_CUDA_ONLY=1 (default here: tests parametrized with device "cpu" are deselected;
 #   CI runs them; set 0 to run them too)
 #
-# Older GPUs' code paths on a newer GPU: FP4OPS_CUDA_ARCHS=8.0+PTX CUDA_FORCE_PTX_JIT=1 makes the
-# driver compile the sm_80 PTX for the GPU at hand; the script then fills the driver's JIT cache
-# once (raised to 4 GB) before the groups, so that the workers do not all compile at once.
+# Older GPUs' code paths on a newer GPU: FP4OPS_CUDA_ARCHS=8.0+PTX builds an sm_80 cubin, which a
+# Hopper cannot run, and sm_80 PTX, which the driver then compiles for it; the script raises the
+# driver's JIT cache to 4 GB and fills it once before the groups, so that the workers do not all
+# compile at once. (Not CUDA_FORCE_PTX_JIT=1: PyTorch's own kernels ship without PTX and fail.)
 #
 # Groups: linear gemv producers quantize recipe shared compile huge. Logs: LOG_DIR/build.log and
 # one LOG_DIR/tests-<group>.log each (the slowest tests listed at the end of each).
@@ -44,12 +45,13 @@ files_of() {
   esac
 }
 
-if [ "${CUDA_FORCE_PTX_JIT:-0}" = 1 ]; then
-  export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
-  began=$(date +%s)
-  python3 -c "import torch, fp4ops; fp4ops.quantize_nvfp4(torch.ones(16, device='cuda')); torch.cuda.synchronize()"
-  echo "PTX JIT warm-up: rc=$? in $(( $(date +%s) - began )) s"
-fi
+case "$FP4OPS_CUDA_ARCHS" in
+  *+PTX*)
+    export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+    began=$(date +%s)
+    python3 -c "import torch, fp4ops; fp4ops.quantize_nvfp4(torch.ones(16, device='cuda')); torch.cuda.synchronize()"
+    echo "PTX JIT warm-up: rc=$? in $(( $(date +%s) - began )) s" ;;
+esac
 
 status=0
 for group in "$@"; do

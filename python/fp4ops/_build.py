@@ -9,8 +9,10 @@ Environment:
                          entries always build arch-specific ("10.0" -> sm_100a): the hardware
                          FP4 conversions exist only there.
   TORCH_CUDA_ARCH_LIST   used when FP4OPS_CUDA_ARCHS is unset (same syntax). An entry's "+PTX"
-                         embeds its PTX too, e.g. "8.0+PTX": run with CUDA_FORCE_PTX_JIT=1 on
-                         a newer GPU, the sm_80 code path runs there for real.
+                         embeds its PTX too, e.g. "8.0+PTX": on a newer GPU, which no sm_80
+                         cubin fits, the driver compiles that PTX and the sm_80 code path runs
+                         there for real (no CUDA_FORCE_PTX_JIT: it would force PyTorch's own
+                         kernels, which ship without PTX, onto PTX too, and they fail).
   FP4OPS_FORCE_CPU=1     build without CUDA even when a toolkit is present.
   MAX_JOBS               parallel compile jobs (read by torch's ninja build).
 """
