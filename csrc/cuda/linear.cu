@@ -73,6 +73,18 @@ int linear_prefetch_steps(int64_t n, int splits) {
   return static_cast<int>(std::clamp<int64_t>(kPrefetchBytes / (n * splits * 64), kLinearStages - 1, 32));
 }
 
+// Whether dense x must arrive in the decoders' pairing (linear_permute_x_kernel): staged per step,
+// past one column tile (LinearLayout::kXPermuted); resident, past one column tile unless it is at
+// most two and the CTA's K range at most kPairInPlaceSteps steps. There each CTA pairs its rows in
+// place (at most 16 x 8 x 16 chunks), quicker than the launch; with longer ranges the pairing
+// delays every CTA's main loop by more than the launch costs. Resident x that does not arrive
+// paired (LinearArgs::x_paired) is paired in place.
+constexpr int kPairInPlaceSteps = 8;
+bool x_must_arrive_paired(const LinearArgs& args, bool resident) {
+  if (resident && args.m <= 16 && args.range_steps <= kPairInPlaceSteps) return false;
+  return args.m > 8;
+}
+
 template <class Format, typename XT, int kNt, bool kResident>
 void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   using Layout = LinearLayout<Format, XT, kNt, kResident>;
@@ -87,24 +99,24 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 }
 
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
-// lets the one after it launch once all its CTAs run: dense x past one column tile is permuted
-// into the decoders' pairing (linear_permute_x_kernel; NVFP4 x is decoded by
+// lets the one after it launch once all its CTAs run: dense x is permuted into the decoders'
+// pairing where it must arrive paired (x_must_arrive_paired; NVFP4 x is decoded by
 // linear_decode_nvfp4_x_kernel) while the linear kernel's CTAs start and prefetch their weight to
 // L2, the reduction of the K ranges (linear_reduce_kernel) waits for the linear kernel, and the
-// next layer's kernel prefetches its own weight meanwhile. `x_paired`: dense x is in the pairing
-// already.
+// next layer's kernel prefetches its own weight meanwhile.
 template <class Format, typename XT>
-void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device, bool x_paired) {
+void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor paired;
   bool resident = false;
   if constexpr (!std::is_same_v<XT, uint8_t>) {
     resident = resident_x(args);
-    if (args.m > 8 && !x_paired) {  // LinearLayout::kXPermuted
+    if (!args.x_paired && x_must_arrive_paired(args, resident)) {
       paired = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
       const int64_t chunks = args.m * args.k / 8;
       launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
                        static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
       args.x = paired.const_data_ptr();
+      args.x_paired = true;
     }
   }
   with_column_tiles(args.m, [&](auto tiles_tag) {
@@ -119,12 +131,12 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
 
 // The kernels for x of type XT (uint8_t: FP4 x). NVFP4 x is decoded once into the fp16 B values
 // the kernels would otherwise build from it in every warp (linear_decode_nvfp4_x_kernel), in the
-// pairing past one column tile (else in the natural order, which a one-tile kernel pairs as it
-// loads), and runs as dense fp16 x.
+// pairing (free there, and no resident kernel pairs it again), except for one column tile staged
+// per step, which pairs x as it loads it; then runs as dense fp16 x.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   if constexpr (std::is_same_v<XT, uint8_t> && std::is_same_v<Format, Nvfp4Format>) {
-    const bool pairing = args.m > 8;  // LinearLayout::kXPermuted
+    const bool pairing = args.m > 8 || resident_x(args);
     const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
     const int64_t chunks = args.m * args.k / 8;
     launch_dependent(pairing ? linear_decode_nvfp4_x_kernel<true> : linear_decode_nvfp4_x_kernel<false>, grid_for(chunks, 256),
@@ -133,9 +145,10 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
     args.x = decoded.const_data_ptr();
     args.x_scales = nullptr;
     args.x_prescaled = true;
-    launch_mma_kernels<Format, __half>(args, options, stream, device, pairing);
+    args.x_paired = pairing;
+    launch_mma_kernels<Format, __half>(args, options, stream, device);
   } else {
-    launch_mma_kernels<Format, XT>(args, options, stream, device, false);
+    launch_mma_kernels<Format, XT>(args, options, stream, device);
   }
 }
 

@@ -59,6 +59,7 @@ struct LinearArgs {
   const uint8_t* x_scales;  // [M, K/block] for FP4 x, else nullptr
   const float* x_global;    // NVFP4 global scale of FP4 x, or nullptr (1)
   bool x_prescaled;         // dense x from linear_decode_nvfp4_x_kernel, carrying 2^kExponent like W
+  bool x_paired;            // dense x is in the decoders' pairing already (resident x: not paired again)
   const void* bias;         // [N] or nullptr
   LinearBias bias_type;
   int64_t m, n, k;
@@ -128,9 +129,10 @@ struct LinearLayout {
   static constexpr bool kFp4X = std::is_same_v<XT, uint8_t>;
   using MmaT = std::conditional_t<kFp4X, __half, XT>;
   static constexpr int kTokens = 8 * kNt;
-  // Dense x arrives permuted into the decoders' pairing (linear_permute_x_kernel) for more than one
-  // column tile; with one, each warp pairs its B registers itself (fewer instructions than a launch).
-  static constexpr bool kXPermuted = !kFp4X && kNt > 1;
+  // Dense x staged per step arrives in the decoders' pairing (linear_permute_x_kernel) for more than
+  // one column tile; with one, each warp pairs its B registers itself (fewer instructions than a
+  // launch). Resident x is paired in place once staged unless it arrives paired (LinearArgs::x_paired).
+  static constexpr bool kXPermuted = !kFp4X && kNt > 1 && !kResident;
   // Resident x (dense x, at most 32 rows): the CTA stages its whole K range of x once, paired, after
   // the ring; the ring then carries only the weight, each warp waits for its own copies alone, and
   // the steps need no CTA barrier (linear_copy_resident_x).
@@ -340,8 +342,8 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
 // bits of codes) as the fp16 decoder's four registers, each times the factor of its block's scale
 // (LinearScaling<__half>, as W is prescaled: exact, carrying 2^kExponent, which the kernel undoes
 // with W's: LinearArgs::x_prescaled). kPaired: 16 bytes in the pairing in which
-// linear_permute_x_kernel leaves dense x (past one column tile); else in the natural order, which a
-// one-tile kernel pairs as it loads. The dense fp16 kernels then take it. `codes`: [M, K/2] bytes
+// linear_permute_x_kernel leaves dense x; else in the natural order, which the one-tile kernel
+// staged per step pairs as it loads. The dense fp16 kernels then take it. `codes`: [M, K/2] bytes
 // as words; `scales`: [M, K/16] E4M3 codes (linear); both rows of whole steps.
 template <bool kPaired>
 __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32_t* __restrict__ codes,
@@ -375,8 +377,8 @@ __device__ __forceinline__ Regs4 dense_b(uint4 v) {
 // in the decoders' pairing, in shared memory at `x_res`: row `token` at token * range_steps * 256
 // bytes, each step's 16 chunks at x_chunk_offset. Staged in two passes over the same chunks of
 // each thread: linear_copy_resident_x (cp.async, one commit group, in flight with the ring's first
-// steps), then, once this thread's copies have landed, linear_pair_resident_x in place where x was
-// not permuted already; a CTA barrier then publishes the whole.
+// steps), then, once this thread's copies have landed, linear_pair_resident_x in place where x did
+// not arrive paired; a CTA barrier then publishes the whole.
 template <class Layout, class Fn>
 __device__ __forceinline__ void for_resident_x_chunks(const LinearArgs& args, const LinearThread& th, int64_t count, Fn&& fn) {
   const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
@@ -396,7 +398,7 @@ __device__ __forceinline__ void linear_copy_resident_x(const LinearArgs& args, c
 }
 template <class Layout>
 __device__ __forceinline__ void linear_pair_resident_x(const LinearArgs& args, const LinearThread& th, uint32_t x_res, int64_t count) {
-  if constexpr (Layout::kXPermuted) return;
+  if (args.x_paired) return;
   for_resident_x_chunks<Layout>(args, th, count, [&](int, int, uint32_t offset) {
     sts_128(x_res + offset, paired_x_chunk<typename Layout::XType>(lds_128(x_res + offset)));
   });
