@@ -5,6 +5,8 @@ the kernels differ. From the repository root:
     python benchmarks/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
         --no-eager --no-compile --no-torchao
     python benchmarks/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
+    python benchmarks/ab_bench.py --base HEAD~1 --bench decode -- --shapes 4096,4096 28672,8192 \
+        --rows 1 8 16 64 --no-llama     (the linear kernels in the decode stream)
 
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
@@ -13,11 +15,13 @@ What it does:
 2. builds both (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
    environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the two builds run at once, each with
    MAX_JOBS compilers);
-3. runs `python -m benchmarks.suite <args>` (this tree's suite) for new, then base, `--rounds`
-   times, each run's JSON under <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH
-   picks the side's fp4ops);
-4. prints and writes <out>/ab_summary.md: every fp4ops row at 2^26 elements or more (every GEMV
-   shape), % of its run's ceiling and the median / fastest call in us, one column per run.
+3. runs `python -m benchmarks.suite <args>` (this tree's suite; `--bench decode`:
+   `benchmarks.decode_stream`) for new, then base, `--rounds` times, each run's JSON under
+   <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH picks the side's fp4ops);
+4. prints and writes <out>/ab_summary.md: the suite's every fp4ops row at 2^26 elements or more
+   (every GEMV shape), % of its run's ceiling and the median / fastest call in us, one column per
+   run; the decode stream's FP4 layer time per case (us per layer), one column per run, and new's
+   speed-up over base (the fastest run of each side).
 
 Alternating the sides in one session on one GPU is what makes a few points of difference
 readable: runs on other days or machines move by as much (docs/performance.md, "Method notes").
@@ -78,10 +82,13 @@ def build_both(trees: dict[str, pathlib.Path], out: pathlib.Path) -> None:
         raise SystemExit(f"build failed for {', '.join(failed)}: see {out}/build_<side>.log")
 
 
-def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path) -> None:
+BENCH_MODULES = {"suite": "benchmarks.suite", "decode": "benchmarks.decode_stream"}
+
+
+def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path, bench: str = "suite") -> None:
     env = dict(os.environ, PYTHONPATH=str(tree / "python"))
     with open(run_dir.with_suffix(".log"), "w") as log:
-        subprocess.run([sys.executable, "-m", "benchmarks.suite", *bench_args, "--out", str(run_dir), "--tag", "ab"],
+        subprocess.run([sys.executable, "-m", BENCH_MODULES[bench], *bench_args, "--out", str(run_dir), "--tag", "ab"],
                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
@@ -104,6 +111,27 @@ def summarize(runs: dict[str, pathlib.Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
+    """Markdown: one row per decode-stream case (shape, format, x, rows), the FP4 layer's time per
+    layer in us for each run, then new's speed-up over base from each side's fastest run ('-' where
+    a side lacks the case)."""
+    table: dict[tuple, dict[str, float]] = {}
+    for name, run_dir in runs.items():
+        (result_file,) = sorted(run_dir.glob("decode_*.json"))
+        for row in json.loads(result_file.read_text())["rows"]:
+            key = (row["n"], row["k"], row["format"], row["dtype"], row["rows"])
+            table.setdefault(key, {})[name] = row["fp4_us"]
+    header = ["N x K", "format", "x", "rows", *runs, "new / base"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key in sorted(table):
+        times = table[key]
+        best = {side: min((us for name, us in times.items() if name.startswith(side)), default=None) for side in ("new", "base")}
+        ratio = f"{best['base'] / best['new']:.3f}x" if None not in best.values() else "-"
+        cells = [f"{times[name]:.2f}" if name in times else "-" for name in runs]
+        lines.append("| " + " | ".join([f"{key[0]} x {key[1]}", key[2], key[3], str(key[4]), *cells, ratio]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,10 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     base.add_argument("--base", help="revision whose csrc is the 'base' side (e.g. HEAD~1)")
     base.add_argument("--base-csrc", type=pathlib.Path, help="folder holding the 'base' side's csrc")
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternating (default 2)")
+    parser.add_argument("--bench", choices=sorted(BENCH_MODULES), default="suite",
+                        help="suite: benchmarks.suite (default); decode: benchmarks.decode_stream")
     parser.add_argument("--out", default=None, help="folder for the logs, JSONs and ab_summary.md (default: <work>/results)")
     parser.add_argument("--work", default=None, help="folder for the base copy (default: a temporary one)")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER,
-                        help="after '--': arguments for `python -m benchmarks.suite`")
+                        help="after '--': arguments for the benchmark (`python -m benchmarks.suite` or decode_stream)")
     args = parser.parse_args(argv)
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     if args.rounds < 1:
@@ -135,9 +165,9 @@ def main(argv: list[str] | None = None) -> None:
         for side, tree in trees.items():
             name = f"{side}{round_index}"
             print(f"bench {name} ...", flush=True)
-            run_bench(tree, bench_args, out / name)
+            run_bench(tree, bench_args, out / name, args.bench)
             runs[name] = out / name
-    summary = summarize(runs)
+    summary = summarize_decode(runs) if args.bench == "decode" else summarize(runs)
     (out / "ab_summary.md").write_text(summary)
     print(summary)
 

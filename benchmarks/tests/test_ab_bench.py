@@ -90,3 +90,35 @@ def test_summary_keeps_large_fp4ops_rows_and_every_gemv_shape(tmp_path):
 def test_rounds_must_be_positive(tmp_path):
     with pytest.raises(SystemExit):
         ab_bench.main(["--base", "HEAD", "--rounds", "0", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+
+
+def write_decode_run(run_dir: pathlib.Path, cases: list[tuple]) -> None:
+    run_dir.mkdir(parents=True)
+    rows = [{"n": n, "k": k, "format": fmt, "dtype": dtype, "rows": m, "fp4_us": us} for n, k, fmt, dtype, m, us in cases]
+    (run_dir / "decode_ab.json").write_text(json.dumps({"rows": rows}))
+
+
+def test_decode_summary_gives_each_runs_time_and_the_best_of_each_side(tmp_path):
+    runs = {name: tmp_path / name for name in ["new1", "base1", "new2", "base2"]}
+    write_decode_run(runs["new1"], [(4096, 4096, "mxfp4", "bfloat16", 16, 10.93), (4096, 4096, "nvfp4", "bfloat16", 1, 7.60)])
+    write_decode_run(runs["base1"], [(4096, 4096, "mxfp4", "bfloat16", 16, 14.57), (4096, 4096, "nvfp4", "bfloat16", 1, 7.40)])
+    write_decode_run(runs["new2"], [(4096, 4096, "mxfp4", "bfloat16", 16, 11.20), (4096, 4096, "nvfp4", "bfloat16", 1, 7.50)])
+    write_decode_run(runs["base2"], [(4096, 4096, "mxfp4", "bfloat16", 16, 14.40)])  # a case missing on one run
+    lines = ab_bench.summarize_decode(runs).splitlines()
+    assert lines[0] == "| N x K | format | x | rows | new1 | base1 | new2 | base2 | new / base |"
+    assert lines[2:] == [
+        f"| 4096 x 4096 | mxfp4 | bfloat16 | 16 | 10.93 | 14.57 | 11.20 | 14.40 | {14.40 / 10.93:.3f}x |",
+        f"| 4096 x 4096 | nvfp4 | bfloat16 | 1 | 7.60 | 7.40 | 7.50 | - | {7.40 / 7.50:.3f}x |",
+    ]
+
+
+def test_decode_summary_without_one_side(tmp_path):
+    runs = {"new1": tmp_path / "new1"}
+    write_decode_run(runs["new1"], [(1024, 8192, "nvfp4", "fp4", 8, 7.67)])
+    assert ab_bench.summarize_decode(runs).splitlines()[2] == "| 1024 x 8192 | nvfp4 | fp4 | 8 | 7.67 | - |"
+
+
+def test_bench_must_be_known(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base", "HEAD", "--bench", "gemm", "--work", str(tmp_path / "w")])
+    assert "invalid choice" in capsys.readouterr().err
