@@ -3,7 +3,8 @@
 # whole suite in one pytest run takes longer than ten minutes even with 16 workers, and a run cut
 # off at its limit reports nothing. Each group runs whole test files (CUDA-only tests often carry
 # no "cuda" in their ids, so `-k cuda` would drop them) under its own time limit and prints one
-# line: the group, pytest's closing line, its seconds. Builds first unless FP4OPS_SKIP_BUILD=1.
+# line: the group, pytest's closing line, its seconds. Builds first unless FP4OPS_SKIP_BUILD=1
+# (then an installed fp4ops, or else one built in place under python/).
 #
 #   tools/gpu_check.sh LOG_DIR [GROUP ...]     default groups: all of them, in the order below
 #   FP4OPS_CUDA_ARCHS=9.0 (default here), MAX_JOBS=16, WORKERS=8, GROUP_SECONDS=240,
@@ -29,6 +30,10 @@ start=$(date +%s)
 if [ "${FP4OPS_SKIP_BUILD:-0}" != 1 ]; then
   python3 -m pip install --no-build-isolation --no-deps -e . > "$log_dir/build.log" 2>&1
   echo "build: rc=$? in $(( $(date +%s) - start )) s"
+elif ! python3 -c "import fp4ops" 2> /dev/null; then
+  # Built in place (setup.py build_ext --inplace) rather than installed: the package is python/.
+  export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  python3 -c "import fp4ops" || { echo "FP4OPS_SKIP_BUILD=1, but fp4ops does not import: build it first"; exit 1; }
 fi
 
 files_of() {
