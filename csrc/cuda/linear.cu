@@ -100,10 +100,11 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
 // lets the one after it launch once all its CTAs run: dense x is permuted into the decoders'
-// pairing where it must arrive paired (x_must_arrive_paired; NVFP4 x is decoded by
-// linear_decode_nvfp4_x_kernel) while the linear kernel's CTAs start and prefetch their weight to
-// L2, the reduction of the K ranges (linear_reduce_kernel) waits for the linear kernel, and the
-// next layer's kernel prefetches its own weight meanwhile.
+// pairing where it must arrive paired (x_must_arrive_paired; FP4 x is decoded by
+// linear_decode_nvfp4_x_kernel or linear_decode_mxfp4_x_kernel) while the linear kernel's CTAs
+// start and prefetch their weight to L2; then (launch_mma) the reduction of the K ranges
+// (linear_reduce_kernel) waits for the linear kernel, and the next layer's kernel prefetches its
+// own weight meanwhile.
 template <class Format, typename XT>
 void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor paired;
@@ -126,30 +127,64 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
     }
     launch_linear_kernel<Format, XT, kNt, false>(args, stream, device);
   });
-  if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
 
-// The kernels for x of type XT (uint8_t: FP4 x). NVFP4 x is decoded once into the fp16 B values
-// the kernels would otherwise build from it in every warp (linear_decode_nvfp4_x_kernel), in the
-// pairing (free there, and no resident kernel pairs it again), except for one column tile staged
-// per step, which pairs x as it loads it; then runs as dense fp16 x.
+// Whether MXFP4 x is decoded once per call (linear_decode_mxfp4_x_kernel) rather than in every
+// warp: two more launches (the decode, and the fixup that exits at once), which cost more than the
+// per-warp decode saves on small layers with few rows (both give the same bits). Measured in the
+// decode stream: docs/performance.md, "Linear: dispatch and bounds".
+bool decode_mxfp4_x_once(const LinearArgs& args) { return args.m > 8 || args.n * args.k >= (int64_t{1} << 25); }
+
+// MXFP4 x decoded once per call into bf16 values (linear_decode_mxfp4_x_kernel), exact for block
+// scales 2^-124 .. 2^116, for the dense bf16 kernels; then the FP4-x kernel as a fixup that
+// recomputes the call where a block lies outside that window (the same bits: fma_by_e8m0_pair), and
+// otherwise exits once launched.
+void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptions& options, cudaStream_t stream, int device) {
+  constexpr unsigned kMaxDecodeCtas = 1024;  // flags a fixup CTA reads in one pass
+  const int64_t chunks = args.m * args.k / 8;
+  const unsigned decode_ctas = std::min(grid_for(chunks, 256), kMaxDecodeCtas);
+  const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kBFloat16));
+  const at::Tensor outside = at::empty({decode_ctas}, options.dtype(at::kInt));
+  launch_dependent(pairing ? linear_decode_mxfp4_x_kernel<true> : linear_decode_mxfp4_x_kernel<false>, decode_ctas, 256, stream,
+                   static_cast<const uint32_t*>(args.x), args.x_scales, static_cast<uint4*>(decoded.mutable_data_ptr()), chunks,
+                   outside.mutable_data_ptr<int>());
+  LinearArgs dense = args;
+  dense.x = decoded.const_data_ptr();
+  dense.x_scales = nullptr;
+  dense.x_paired = pairing;
+  launch_mma_kernels<Mxfp4Format, __nv_bfloat16>(dense, options, stream, device);
+  args.fixup_flags = outside.const_data_ptr<int>();
+  args.fixup_flag_count = static_cast<int>(decode_ctas);
+  launch_mma_kernels<Mxfp4Format, uint8_t>(args, options, stream, device);
+}
+
+// The kernels for x of type XT (uint8_t: FP4 x), then the K ranges' reduction. FP4 x is decoded
+// once into the B values the kernels would otherwise build from it in every warp, in the pairing
+// (free there, and no resident kernel pairs it again) except for one column tile staged per step,
+// which pairs x as it loads it; then runs as dense x: NVFP4 as prescaled fp16
+// (linear_decode_nvfp4_x_kernel), MXFP4 as bf16 values where decode_mxfp4_x_once.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  if constexpr (std::is_same_v<XT, uint8_t> && std::is_same_v<Format, Nvfp4Format>) {
-    const bool pairing = args.m > 8 || resident_x(args);
-    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
+  constexpr bool kFp4X = std::is_same_v<XT, uint8_t>, kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
+  const bool pairing = args.m > 8 || resident_x(args);
+  if constexpr (kFp4X && kNvfp4) {
     const int64_t chunks = args.m * args.k / 8;
+    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
     launch_dependent(pairing ? linear_decode_nvfp4_x_kernel<true> : linear_decode_nvfp4_x_kernel<false>, grid_for(chunks, 256),
                      256, stream, static_cast<const uint32_t*>(args.x), args.x_scales,
                      static_cast<uint4*>(decoded.mutable_data_ptr()), chunks);
-    args.x = decoded.const_data_ptr();
-    args.x_scales = nullptr;
-    args.x_prescaled = true;
-    args.x_paired = pairing;
-    launch_mma_kernels<Format, __half>(args, options, stream, device);
+    LinearArgs dense = args;
+    dense.x = decoded.const_data_ptr();
+    dense.x_scales = nullptr;
+    dense.x_prescaled = true;
+    dense.x_paired = pairing;
+    launch_mma_kernels<Format, __half>(dense, options, stream, device);
+  } else if (kFp4X && decode_mxfp4_x_once(args)) {
+    launch_decoded_mxfp4_x(args, pairing, options, stream, device);
   } else {
     launch_mma_kernels<Format, XT>(args, options, stream, device);
   }
+  if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
 
 // An FP4 tensor in `dtype`, its NVFP4 global scale folded in (1 where it has none).

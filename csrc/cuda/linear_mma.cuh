@@ -71,6 +71,10 @@ struct LinearArgs {
   int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
   int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
   int live_tokens;          // resident x: rows of x staged (M)
+  // The FP4-x kernel as the fixup of MXFP4 x decoded once per call (linear_decode_mxfp4_x_kernel):
+  // its flags, one per decode CTA; the kernel runs only where one is set. nullptr: it always runs.
+  const int* fixup_flags;
+  int fixup_flag_count;
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -364,6 +368,42 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32
   }
 }
 
+// MXFP4 x (W4A4), decoded once per call instead of once per warp that uses it: each element as
+// bf16 e2m1 * 2^(E - 127) (E its block's E8M0 code; NaN where E is 0xFF), which the dense bf16
+// kernels then take like bf16 x, with the same bits as the FP4-x kernel (fma_by_e8m0_pair) where
+// every product and block sum is exact: E in [kMxfp4XExactMin, kMxfp4XExactMax] keeps each value,
+// product and 32-element block sum (a multiple of 2^(E - 129) below 2^(E - 116)) a normal bf16 /
+// fp32 number. A block outside that window with a nonzero code sets this CTA's flag in `outside`
+// (one int per CTA: 0 or 1), and the FP4-x kernel then recomputes the call (LinearArgs::fixup_flags);
+// all-zero blocks, which a zero block max gives E = 0, contribute zeros either way. kPaired: as
+// linear_decode_nvfp4_x_kernel. `codes`: [M, K/2] bytes as words; `scales`: [M, K/32] E8M0 codes.
+constexpr uint32_t kMxfp4XExactMin = 3, kMxfp4XExactMax = 243;
+template <bool kPaired>
+__global__ void __launch_bounds__(256) linear_decode_mxfp4_x_kernel(const uint32_t* __restrict__ codes,
+                                                                   const uint8_t* __restrict__ scales,
+                                                                   uint4* __restrict__ out, int64_t chunks,
+                                                                   int* __restrict__ outside) {
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  bool any_outside = false;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t word = codes[i], e = scales[i / 4];  // 32-element blocks: four chunks each
+    const uint32_t clamped = e < kMxfp4XExactMin ? kMxfp4XExactMin : (e > kMxfp4XExactMax ? kMxfp4XExactMax : e);
+    any_outside |= clamped != e && e != kE8M0NaN && (word & 0x77777777u) != 0;
+    // 2^(clamped - 127) in both halves: bf16's exponent field is the E8M0 code.
+    const uint32_t factor = e == kE8M0NaN ? 0x7FC07FC0u : (clamped << 7 | clamped << 23);
+    Regs4 v = DenseOperand<__nv_bfloat16>::decode(word);  // exact E2M1 values
+#pragma unroll
+    for (int r = 0; r < 4; ++r) v.reg[r] = LinearScaling<__nv_bfloat16>::mul(v.reg[r], factor);
+    if constexpr (!kPaired) v = natural_order(kLinearPairing<__nv_bfloat16>, v);
+    out[i] = make_uint4(v.reg[0], v.reg[1], v.reg[2], v.reg[3]);
+  }
+  const bool block_outside = __syncthreads_or(any_outside);
+  if (threadIdx.x == 0) outside[blockIdx.x] = block_outside ? 1 : 0;
+}
+
 // 8 elements of dense x as B registers in the decoders' pairing (register r = (element_for(r, 0),
 // element_for(r, 1))): as loaded where linear_permute_x_kernel put them in that order, else paired
 // here from their natural order (pairs (0,1) (2,3) (4,5) (6,7)), one byte_perm per register.
@@ -408,6 +448,23 @@ __device__ __forceinline__ void linear_pair_resident_x(const LinearArgs& args, c
 // hi: 4-7): block 2u + t/2 for unit u, as byte u.
 __device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selector) {
   return __byte_perm(codes.x, codes.y, selector);
+}
+
+// acc + d * 2^(ea - 127) * 2^(eb - 127) * 2^undo, rounded once (an fma), for E8M0 codes ea, eb
+// (0xFF: NaN): MXFP4 x decoded per warp. The kernels that take it decoded once per call (as bf16
+// values e2m1 * 2^(eb - 127), linear_decode_mxfp4_x_kernel) compute fma(d', 2^(ea - 127), acc) with
+// d' = d * 2^(eb - 127) * 2^undo exactly, the same real product: so both give the same bits, and
+// a row's result does not depend on whether another row sends the call through this fixup. The
+// exponent is applied as scale_by_e8m0_pair's two normal powers of two (d * 2^first exact; past
+// its clamps the product overflows or is far below acc's last bit either way); a NaN factor makes
+// the fma's canonical NaN, as the decoded kernels' does.
+__device__ __forceinline__ float fma_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo, float acc) {
+  const int sum = static_cast<int>(ea + eb) - 254 + undo;
+  const int first = sum < -100 ? -100 : (sum > 127 ? 127 : sum);
+  const int rest = sum - first;
+  const int second = rest < -126 ? -126 : (rest > 127 ? 127 : rest);
+  const float factor = ea == kE8M0NaN || eb == kE8M0NaN ? bits_to_float(0x7FC00000u) : exp2_normal(second);
+  return __fmaf_rn(mul_rn(d, exp2_normal(first)), factor, acc);
 }
 
 template <class Layout>
@@ -493,7 +550,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         for (int i = 0; i < 4; ++i) {
           if constexpr (Layout::kFp4X) {
             const uint32_t sb = x_scale_codes[j][i % 2] >> (8 * u) & 0xFFu;
-            acc.v[j][i] = __fadd_rn(acc.v[j][i], scale_by_e8m0_pair(d[i], sa_codes[i / 2], sb, -2 * kDecodeExponent));
+            acc.v[j][i] = fma_by_e8m0_pair(d[i], sa_codes[i / 2], sb, -2 * kDecodeExponent, acc.v[j][i]);
           } else {
             acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
           }
@@ -550,8 +607,10 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   // kernel makes), then wait for it before the first copy, since it may have written x or the
   // weight. The kernel after (the K ranges' reduction, or the next layer) may launch from here on:
   // it waits for this grid to finish before it reads anything, and meanwhile prefetches its own.
+  // A fixup (LinearArgs::fixup_flags) prefetches nothing, and past the wait (the decode's flags are
+  // written: the kernel between waited for it) runs only where a flag is set.
 #if defined(FP4OPS_HW_PDL)
-  {
+  if (args.fixup_flags == nullptr) {  // a fixup rarely runs: its weight stays out of L2
     const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
     const int r = th.lane % kLinearTileRows;
     const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
@@ -565,6 +624,13 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  if constexpr (Layout::kFp4X) {
+    if (args.fixup_flags != nullptr) {
+      int outside = 0;
+      for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];
+      if (!__syncthreads_or(outside)) return;
+    }
+  }
   const uint32_t ring = shared_address(smem);
   const size_t x_res_offset = Layout::smem_bytes(th.warps);
   if constexpr (Layout::kXResident) linear_copy_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
