@@ -133,7 +133,7 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
 // warp: two more launches (the decode, and the fixup that exits at once), which cost more than the
 // per-warp decode saves on small layers with few rows (both give the same bits). Measured in the
 // decode stream: docs/performance.md, "Linear: dispatch and bounds".
-bool decode_mxfp4_x_once(const LinearArgs& args) { return args.m > 8 || args.n * args.k >= (int64_t{1} << 25); }
+bool decode_mxfp4_x_once(const LinearArgs& args) { return args.m > 8 || args.n * args.k > (int64_t{1} << 24); }
 
 // MXFP4 x decoded once per call into bf16 values (linear_decode_mxfp4_x_kernel), exact for block
 // scales 2^-124 .. 2^116, for the dense bf16 kernels; then the FP4-x kernel as a fixup that
