@@ -188,16 +188,21 @@ def plot(result: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    series: dict[tuple, list] = {}
+    # One line per (format, x): the median over the weight shapes, the band their range.
+    speedups: dict[tuple, dict[int, list]] = {}
     for r in result["rows"]:
-        series.setdefault((r["n"], r["k"], r["format"], r["dtype"]), []).append((r["rows"], r["speedup_vs_bf16"]))
-    for (n, k, fmt, dtype), points in series.items():
-        left.plot(*zip(*points), marker="o", label=f"{n}x{k} {fmt} {dtype}")
+        speedups.setdefault((r["format"], r["dtype"]), {}).setdefault(r["rows"], []).append(r["speedup_vs_bf16"])
+    for (fmt, dtype), by_rows in speedups.items():
+        rows = sorted(by_rows)
+        line, = left.plot(rows, [statistics.median(by_rows[m]) for m in rows], marker="o", label=f"{fmt}, x {dtype}")
+        left.fill_between(rows, [min(by_rows[m]) for m in rows], [max(by_rows[m]) for m in rows], color=line.get_color(),
+                          alpha=0.12)
     for limit, goal in SPEEDUP_TARGETS:
         left.hlines(goal, 1, limit, colors="gray", linestyles="dashed")
     left.axhline(1.0, color="black", linewidth=0.8)
-    left.set(xscale="log", xlabel="rows (tokens in the batch)", ylabel="speed-up over cuBLAS bf16", title="FP4Linear per layer")
-    left.legend(fontsize=6)
+    left.set(xscale="log", xlabel="rows (tokens in the batch)", ylabel="speed-up over cuBLAS bf16",
+             title="FP4Linear per layer: median over the shapes, band: their range")
+    left.legend(fontsize=7)
     for fmt in sorted({r["format"] for r in result["llama"]}):
         points = [(r["rows"], r["fp4_tokens_per_s"], r["bf16_tokens_per_s"]) for r in result["llama"] if r["format"] == fmt]
         right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"FP4Linear {fmt}")
