@@ -1,7 +1,6 @@
-"""MXFP4 x (W4A4) in fp4ops.linear on CUDA. Past 8 rows, or on a large layer, the op decodes x once
-per call into bf16 values, exact for block scales 2^-124 .. 2^116, and runs the dense kernels; a
-call with a nonzero block of x outside that window is recomputed by the kernel that decodes x per
-warp, which also takes the other calls. The two must give the
+"""MXFP4 x (W4A4) in fp4ops.linear on CUDA. The op decodes x once per call into bf16 values, exact
+for block scales 2^-124 .. 2^116, and runs the dense kernels; in a call with a nonzero block of x
+outside that window their CTAs decode the FP4 x in every warp instead. The two must give the
 same bits, or a row's result would depend on the other rows of its batch: here every row, in
 batches with and without such blocks, is checked bitwise against its one-row call, including rows
 whose products are fp32 subnormals (fp32 output), NaN blocks and overflowing blocks; and the rows
@@ -59,8 +58,7 @@ def weights(n: int, k: int) -> dict[str, fp4ops.MXFP4Tensor]:
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
-# One K range and several (the reduction launch); a small layer, whose calls of at most 8 rows
-# decode x per warp, and a large one, whose calls all decode it once.
+# One K range and several (the reduction launch); a small layer and a large one.
 @pytest.mark.parametrize(("n", "k"), [(72, 1024), (72, 4096), (8192, 4096)])
 def test_rows_match_single_calls_whichever_kernel_runs(n, k, out_dtype):
     pool = pool_of_rows(k)
@@ -80,7 +78,7 @@ def test_rows_match_single_calls_whichever_kernel_runs(n, k, out_dtype):
         assert singles[NAN_ROW].isnan().all() and not singles[ZERO_ROW].any()
 
 
-@pytest.mark.parametrize("n", [40, 8192])  # x decoded per warp (5 rows of a small layer), and once
+@pytest.mark.parametrize("n", [40, 8192])
 def test_blocks_outside_the_window_within_bound(n):
     pool = pool_of_rows(1024 if n == 40 else 4096)
     w = weights(n, pool.shape[-1])["plain"]

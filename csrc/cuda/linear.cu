@@ -85,14 +85,15 @@ bool x_must_arrive_paired(const LinearArgs& args, bool resident) {
   return args.m > 8;
 }
 
-template <class Format, typename XT, int kNt, bool kResident>
+template <class Format, typename XT, int kNt, bool kResident, bool kFixup>
 void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   using Layout = LinearLayout<Format, XT, kNt, kResident>;
-  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident>;
+  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
   if constexpr (kResident) args.live_tokens = static_cast<int>(args.m);
-  const size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
+  size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
+  if constexpr (kFixup) smem = std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps));
   allow_dynamic_smem(kernel, smem, device);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
@@ -105,7 +106,7 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 // start and prefetch their weight to L2; then (launch_mma) the reduction of the K ranges
 // (linear_reduce_kernel) waits for the linear kernel, and the next layer's kernel prefetches its
 // own weight meanwhile.
-template <class Format, typename XT>
+template <class Format, typename XT, bool kFixup = false>
 void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor paired;
   bool resident = false;
@@ -123,24 +124,17 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
   with_column_tiles(args.m, [&](auto tiles_tag) {
     constexpr int kNt = decltype(tiles_tag)::value;
     if constexpr (!std::is_same_v<XT, uint8_t> && kNt <= 4) {
-      if (resident) return launch_linear_kernel<Format, XT, kNt, true>(args, stream, device);
+      if (resident) return launch_linear_kernel<Format, XT, kNt, true, kFixup>(args, stream, device);
     }
-    launch_linear_kernel<Format, XT, kNt, false>(args, stream, device);
+    launch_linear_kernel<Format, XT, kNt, false, kFixup>(args, stream, device);
   });
 }
 
-// Whether MXFP4 x is decoded once per call (linear_decode_mxfp4_x_kernel) rather than in every
-// warp: two more launches (the decode, and the fixup that exits at once), which cost more than the
-// per-warp decode saves on small layers with few rows (both give the same bits). Measured in the
-// decode stream: docs/performance.md, "Linear: dispatch and bounds".
-bool decode_mxfp4_x_once(const LinearArgs& args) { return args.m > 8 || args.n * args.k > (int64_t{1} << 24); }
-
 // MXFP4 x decoded once per call into bf16 values (linear_decode_mxfp4_x_kernel), exact for block
-// scales 2^-124 .. 2^116, for the dense bf16 kernels; then the FP4-x kernel as a fixup that
-// recomputes the call where a block lies outside that window (the same bits: fma_by_e8m0_pair), and
-// otherwise exits once launched.
+// scales 2^-124 .. 2^116, for the dense bf16 kernels, whose CTAs compute from the FP4 x instead
+// where the decode flagged a block outside that window (kFixup: the same bits, fma_by_e8m0_pair).
 void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  constexpr unsigned kMaxDecodeCtas = 1024;  // flags a fixup CTA reads in one pass
+  constexpr unsigned kMaxDecodeCtas = 1024;  // flags each linear CTA reads in one pass
   const int64_t chunks = args.m * args.k / 8;
   const unsigned decode_ctas = std::min(grid_for(chunks, 256), kMaxDecodeCtas);
   const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kBFloat16));
@@ -148,21 +142,21 @@ void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptio
   launch_dependent(pairing ? linear_decode_mxfp4_x_kernel<true> : linear_decode_mxfp4_x_kernel<false>, decode_ctas, 256, stream,
                    static_cast<const uint32_t*>(args.x), args.x_scales, static_cast<uint4*>(decoded.mutable_data_ptr()), chunks,
                    outside.mutable_data_ptr<int>());
-  LinearArgs dense = args;
-  dense.x = decoded.const_data_ptr();
-  dense.x_scales = nullptr;
-  dense.x_paired = pairing;
-  launch_mma_kernels<Mxfp4Format, __nv_bfloat16>(dense, options, stream, device);
+  args.fp4_x = args.x;
+  args.fp4_x_scales = args.x_scales;
   args.fixup_flags = outside.const_data_ptr<int>();
   args.fixup_flag_count = static_cast<int>(decode_ctas);
-  launch_mma_kernels<Mxfp4Format, uint8_t>(args, options, stream, device);
+  args.x = decoded.const_data_ptr();
+  args.x_scales = nullptr;
+  args.x_paired = pairing;
+  launch_mma_kernels<Mxfp4Format, __nv_bfloat16, true>(args, options, stream, device);
 }
 
 // The kernels for x of type XT (uint8_t: FP4 x), then the K ranges' reduction. FP4 x is decoded
 // once into the B values the kernels would otherwise build from it in every warp, in the pairing
 // (free there, and no resident kernel pairs it again) except for one column tile staged per step,
 // which pairs x as it loads it; then runs as dense x: NVFP4 as prescaled fp16
-// (linear_decode_nvfp4_x_kernel), MXFP4 as bf16 values where decode_mxfp4_x_once.
+// (linear_decode_nvfp4_x_kernel), MXFP4 as bf16 values (launch_decoded_mxfp4_x).
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   constexpr bool kFp4X = std::is_same_v<XT, uint8_t>, kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
@@ -179,7 +173,7 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
     dense.x_prescaled = true;
     dense.x_paired = pairing;
     launch_mma_kernels<Format, __half>(dense, options, stream, device);
-  } else if (kFp4X && decode_mxfp4_x_once(args)) {
+  } else if constexpr (kFp4X) {
     launch_decoded_mxfp4_x(args, pairing, options, stream, device);
   } else {
     launch_mma_kernels<Format, XT>(args, options, stream, device);

@@ -29,7 +29,8 @@
 // scale spans 2^-127 .. 2^127, beyond fp16, so each 32-element block's two MMAs sum into a zeroed
 // fragment that is scaled in fp32 and added (one fma) to the accumulator. FP4 x: decoded like W
 // (fp16); NVFP4 x once per call, prescaled likewise, into dense fp16 x (linear_decode_nvfp4_x_kernel),
-// MXFP4 x in each warp, scaled with W's block scale in fp32.
+// MXFP4 x once per call into exact bf16 values (linear_decode_mxfp4_x_kernel), or, in a call with a
+// block scale outside their exact window, in each warp, scaled with W's block scale in fp32 (kFixup).
 #pragma once
 
 #include <cstdint>
@@ -71,10 +72,12 @@ struct LinearArgs {
   int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
   int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
   int live_tokens;          // resident x: rows of x staged (M)
-  // The FP4-x kernel as the fixup of MXFP4 x decoded once per call (linear_decode_mxfp4_x_kernel):
-  // its flags, one per decode CTA; the kernel runs only where one is set. nullptr: it always runs.
+  // MXFP4 x decoded once per call (linear_decode_mxfp4_x_kernel, x above): the decode's flags, one
+  // per decode CTA, and the FP4 x that a kernel with kFixup computes from where one is set.
   const int* fixup_flags;
   int fixup_flag_count;
+  const void* fp4_x;
+  const uint8_t* fp4_x_scales;
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -374,8 +377,8 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32
 // every product and block sum is exact: E in [kMxfp4XExactMin, kMxfp4XExactMax] keeps each value,
 // product and 32-element block sum (a multiple of 2^(E - 129) below 2^(E - 116)) a normal bf16 /
 // fp32 number. A block outside that window with a nonzero code sets this CTA's flag in `outside`
-// (one int per CTA: 0 or 1), and the FP4-x kernel then recomputes the call (LinearArgs::fixup_flags);
-// all-zero blocks, which a zero block max gives E = 0, contribute zeros either way. kPaired: as
+// (one int per CTA: 0 or 1), and the dense kernel's CTAs then compute from the FP4 x instead
+// (linear_mma_kernel's kFixup); all-zero blocks, which a zero block max gives E = 0, contribute zeros either way. kPaired: as
 // linear_decode_nvfp4_x_kernel. `codes`: [M, K/2] bytes as words; `scales`: [M, K/32] E8M0 codes.
 constexpr uint32_t kMxfp4XExactMin = 3, kMxfp4XExactMax = 243;
 template <bool kPaired>
@@ -454,10 +457,10 @@ __device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selec
 // (0xFF: NaN): MXFP4 x decoded per warp. The kernels that take it decoded once per call (as bf16
 // values e2m1 * 2^(eb - 127), linear_decode_mxfp4_x_kernel) compute fma(d', 2^(ea - 127), acc) with
 // d' = d * 2^(eb - 127) * 2^undo exactly, the same real product: so both give the same bits, and
-// a row's result does not depend on whether another row sends the call through this fixup. The
-// exponent is applied as scale_by_e8m0_pair's two normal powers of two (d * 2^first exact; past
-// its clamps the product overflows or is far below acc's last bit either way); a NaN factor makes
-// the fma's canonical NaN, as the decoded kernels' does.
+// a row's result does not depend on whether another row's blocks send its call's CTAs to the FP4 x
+// (kFixup). The exponent is applied as scale_by_e8m0_pair's two normal powers of two (d * 2^first
+// exact; past its clamps the product overflows or is far below acc's last bit either way); a NaN
+// factor makes the fma's canonical NaN, as the decoded kernels' does.
 __device__ __forceinline__ float fma_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo, float acc) {
   const int sum = static_cast<int>(ea + eb) - 254 + undo;
   const int first = sum < -100 ? -100 : (sum > 127 ? 127 : sum);
@@ -582,55 +585,17 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
 
 // At least two CTAs per SM (at most 128 registers) where ptxas would otherwise use fewer registers
 // than that and recompute per-thread constants every step (resident x; NVFP4 with 8 column tiles,
-// whose ring allows two CTAs anyway), or more (FP4 x with 8 column tiles).
-template <class Format, typename XT, int kNt, bool kResident>
+// whose ring allows two CTAs anyway), or more (FP4 x with 8 column tiles, also under kFixup).
+template <class Format, typename XT, int kNt, bool kResident, bool kFixup>
 constexpr int kLinearMinCtas =
-    kResident || (kNt == 8 && (std::is_same_v<Format, Nvfp4Format> || std::is_same_v<XT, uint8_t>)) ? 2 : 0;
+    kResident || (kNt == 8 && (std::is_same_v<Format, Nvfp4Format> || std::is_same_v<XT, uint8_t> || kFixup)) ? 2 : 0;
 
-template <class Format, typename XT, int kNt, bool kResident>
-__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident>)) linear_mma_kernel(LinearArgs args) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident>;
+// One CTA's K range, once the grid dependency wait is over: the ring, the main loop and the
+// stores of its sums (out, or the K range's partials).
+template <class Layout>
+__device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const LinearThread& th, int64_t count, uint8_t* smem) {
   using MmaT = typename Layout::MmaT;
-  extern __shared__ __align__(128) uint8_t smem[];
-
-  LinearThread th;
-  th.lane = threadIdx.x % 32, th.warp = threadIdx.x / 32, th.warps = blockDim.x / 32;
-  th.g = th.lane / 4, th.t = th.lane % 4;
-  th.row0 = (static_cast<int64_t>(blockIdx.x) * th.warps + th.warp) * kLinearTileRows;
-  th.token0 = static_cast<int64_t>(blockIdx.z) * Layout::kTokens;
-  th.step_begin = args.steps * blockIdx.y / args.splits;
-  th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
-  const int64_t count = th.step_end - th.step_begin;
-
-  // Launched as a programmatic dependent (linear.cu): the first prefetch_steps of this warp's weight
-  // range go to L2 while the kernel before finishes (an L2 prefetch is coherent with any write that
-  // kernel makes), then wait for it before the first copy, since it may have written x or the
-  // weight. The kernel after (the K ranges' reduction, or the next layer) may launch from here on:
-  // it waits for this grid to finish before it reads anything, and meanwhile prefetches its own.
-  // A fixup (LinearArgs::fixup_flags) prefetches nothing, and past the wait (the decode's flags are
-  // written: the kernel between waited for it) runs only where a flag is set.
-#if defined(FP4OPS_HW_PDL)
-  if (args.fixup_flags == nullptr) {  // a fixup rarely runs: its weight stays out of L2
-    const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
-    const int r = th.lane % kLinearTileRows;
-    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
-    if (th.lane < kLinearTileRows) {
-      if (ahead > 0) prefetch_l2_bulk(args.w_data + row * (args.k / 2) + th.step_begin * 64, static_cast<uint32_t>(ahead * 64));
-    } else {
-      const uint8_t* scales = args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::kBlocksPerStep;
-      for (int64_t b = 0; b < ahead * Layout::kBlocksPerStep; b += 32) prefetch_l2(scales + b);
-    }
-  }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  if constexpr (Layout::kFp4X) {
-    if (args.fixup_flags != nullptr) {
-      int outside = 0;
-      for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];
-      if (!__syncthreads_or(outside)) return;
-    }
-  }
+  constexpr int kNt = Layout::kTokens / 8;
   const uint32_t ring = shared_address(smem);
   const size_t x_res_offset = Layout::smem_bytes(th.warps);
   if constexpr (Layout::kXResident) linear_copy_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
@@ -731,6 +696,61 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
       }
     }
   }
+}
+
+
+// kFixup (MXFP4 x decoded once per call into the bf16 x this kernel takes): where the decode flagged
+// a nonzero block outside its exact window, the CTA computes from the FP4 x instead, as the FP4-x
+// kernel would (LinearArgs::fp4_x): the same bits where both are exact (fma_by_e8m0_pair), so a
+// row's result does not depend on the other rows of the call. One uniform branch per CTA, after
+// the wait that makes the decode's flags visible.
+template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false>
+__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident, kFixup>)) linear_mma_kernel(LinearArgs args) {
+  using Layout = LinearLayout<Format, XT, kNt, kResident>;
+  static_assert(!kFixup || (std::is_same_v<Format, Mxfp4Format> && std::is_same_v<XT, __nv_bfloat16>),
+                "kFixup: MXFP4 x decoded to bf16");
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  LinearThread th;
+  th.lane = threadIdx.x % 32, th.warp = threadIdx.x / 32, th.warps = blockDim.x / 32;
+  th.g = th.lane / 4, th.t = th.lane % 4;
+  th.row0 = (static_cast<int64_t>(blockIdx.x) * th.warps + th.warp) * kLinearTileRows;
+  th.token0 = static_cast<int64_t>(blockIdx.z) * Layout::kTokens;
+  th.step_begin = args.steps * blockIdx.y / args.splits;
+  th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
+  const int64_t count = th.step_end - th.step_begin;
+
+  // Launched as a programmatic dependent (linear.cu): the first prefetch_steps of this warp's weight
+  // range go to L2 while the kernel before finishes (an L2 prefetch is coherent with any write that
+  // kernel makes), then wait for it before the first copy, since it may have written x or the
+  // weight. The kernel after (the K ranges' reduction, or the next layer) may launch from here on:
+  // it waits for this grid to finish before it reads anything, and meanwhile prefetches its own.
+#if defined(FP4OPS_HW_PDL)
+  {
+    const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
+    const int r = th.lane % kLinearTileRows;
+    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+    if (th.lane < kLinearTileRows) {
+      if (ahead > 0) prefetch_l2_bulk(args.w_data + row * (args.k / 2) + th.step_begin * 64, static_cast<uint32_t>(ahead * 64));
+    } else {
+      const uint8_t* scales = args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::kBlocksPerStep;
+      for (int64_t b = 0; b < ahead * Layout::kBlocksPerStep; b += 32) prefetch_l2(scales + b);
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  if constexpr (kFixup) {
+    int outside = 0;
+    for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];
+    if (__syncthreads_or(outside)) {
+      LinearArgs fp4 = args;
+      fp4.x = args.fp4_x;
+      fp4.x_scales = args.fp4_x_scales;
+      return linear_mma_cta<LinearLayout<Format, uint8_t, kNt, false>>(fp4, th, count, smem);
+    }
+  }
+  linear_mma_cta<Layout>(args, th, count, smem);
 }
 
 // The K ranges' sums added in range order, then linear_store. Runs as the programmatic dependent
