@@ -378,8 +378,9 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32
 // product and 32-element block sum (a multiple of 2^(E - 129) below 2^(E - 116)) a normal bf16 /
 // fp32 number. A block outside that window with a nonzero code sets this CTA's flag in `outside`
 // (one int per CTA: 0 or 1), and the dense kernel's CTAs then compute from the FP4 x instead
-// (linear_mma_kernel's kFixup); all-zero blocks, which a zero block max gives E = 0, contribute zeros either way. kPaired: as
-// linear_decode_nvfp4_x_kernel. `codes`: [M, K/2] bytes as words; `scales`: [M, K/32] E8M0 codes.
+// (linear_mma_kernel's kFixup); all-zero blocks (a zero block max gives E = 0) contribute zeros
+// either way. kPaired: as linear_decode_nvfp4_x_kernel. `codes`: [M, K/2] bytes as words;
+// `scales`: [M, K/32] E8M0 codes.
 constexpr uint32_t kMxfp4XExactMin = 3, kMxfp4XExactMax = 243;
 template <bool kPaired>
 __global__ void __launch_bounds__(256) linear_decode_mxfp4_x_kernel(const uint32_t* __restrict__ codes,
@@ -697,7 +698,6 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     }
   }
 }
-
 
 // kFixup (MXFP4 x decoded once per call into the bf16 x this kernel takes): where the decode flagged
 // a nonzero block outside its exact window, the CTA computes from the FP4 x instead, as the FP4-x
