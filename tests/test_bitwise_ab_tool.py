@@ -39,10 +39,10 @@ def test_save_then_compare_finds_every_output_equal_and_names_a_changed_one(tmp_
     assert f"  {changed}\n" in out and f"  {dropped}\n" in out and "2 differ or missing" in out
 
 
-def test_same_bytes_tells_negative_zero_and_nan_payloads_apart():
+def test_same_bits_tells_negative_zero_and_nan_payloads_apart():
     tool = load_tool()
-    assert tool.same_bytes(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]))
-    assert not tool.same_bytes(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert tool.same_bits(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]))
+    assert not tool.same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
     quiet, other = torch.tensor([0x7FC00000], dtype=torch.int32), torch.tensor([0x7FC00001], dtype=torch.int32)
-    assert not tool.same_bytes(quiet.view(torch.float32), other.view(torch.float32))
-    assert not tool.same_bytes(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    assert not tool.same_bits(quiet.view(torch.float32), other.view(torch.float32))
+    assert not tool.same_bits(torch.zeros(2), torch.zeros(2, dtype=torch.float64))

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import assert_exact, requires_caching_allocator, requires_cuda
+from conftest import assert_exact, requires_caching_allocator, requires_cuda, same_bits
 
 import fp4ops
 from fp4ops import reference
@@ -55,12 +55,6 @@ def to_device(t, device: str):
         return None if t is None else t.to(device)
     fields = {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
     return dataclasses.replace(t, **{k: v.to(device) for k, v in fields.items() if isinstance(v, torch.Tensor)})
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal dtype, shape and bytes (NaN payloads and the sign of zero included)."""
-    as_int = {2: torch.int16, 4: torch.int32}[a.element_size()]
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(as_int), b.view(as_int))
 
 
 def dequantize_path_dtype(device: str, x, out_dtype: torch.dtype, batch_invariant: bool = False):

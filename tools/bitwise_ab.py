@@ -22,6 +22,7 @@ import sys
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from conftest import same_bits  # noqa: E402
 from every_op import every_op  # noqa: E402
 
 import fp4ops  # noqa: E402
@@ -64,16 +65,10 @@ def outputs(device: str) -> dict[str, torch.Tensor]:
     return {name: y.detach().cpu() for name, y in out.items()}
 
 
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
-
-
 def compare(saved: dict[str, torch.Tensor], current: dict[str, torch.Tensor]) -> list[str]:
     """Names whose outputs differ in dtype, shape or any byte, or exist on one side only."""
     return sorted(name for name in saved.keys() | current.keys()
-                  if name not in saved or name not in current or not same_bytes(saved[name], current[name]))
+                  if name not in saved or name not in current or not same_bits(saved[name], current[name]))
 
 
 def main(argv: list[str] | None = None) -> int:
