@@ -231,12 +231,12 @@ def test_each_row_independent_of_the_batch_up_to_64_rows(device, k, fmt, x_kind)
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_long_k_ranges_agree_across_row_counts(fmt, x_kind):
-    """A weight wide enough that each K range is 9-10 steps of 128 (N 10240, K 8192: 7 uneven
-    ranges), where x staged once per CTA takes up to 16 or 32 rows (zeroed row included) and the
-    per-step kernel the rest: every row of every batch bitwise equals its one-row call, and the
-    first rows are within SPEC 5's bound."""
-    w = weight(fmt, 10240, 8192, "cuda")
-    pool = activations(x_kind, fmt, (64, 8192), "cuda")
+    """A weight wide enough that each K range is 9-10 steps of 128 (N 10240, K 8576: 67 steps, no
+    count of ranges near 7 divides them, so 7 uneven ranges), where x staged once per CTA takes up
+    to 16 or 32 rows (zeroed row included) and the per-step kernel the rest: every row of every
+    batch bitwise equals its one-row call, and the first rows are within SPEC 5's bound."""
+    w = weight(fmt, 10240, 8576, "cuda")
+    pool = activations(x_kind, fmt, (64, 8576), "cuda")
     singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
     for m in (2, 8, 9, 13, 16, 17, 27, 32, 33, 64):
         assert_rows_match_single_calls(w, pool, singles, m)

@@ -21,22 +21,36 @@ namespace fp4ops::cuda {
 namespace {
 
 // Warps (16 weight rows each) per CTA: 8, so that a CTA's copy of x serves 128 rows, or 4 where 8
-// would leave SMs without a CTA (small N). The summation order does not depend on it.
-int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
+// would leave SMs without a CTA (small N). With one column tile (at most 8 rows) the grid's last
+// round of CTAs sets the time instead: 4 where the 8-warp grid fills less than 4/5 of the SMs in
+// its last round (192 CTAs for 132 SMs: 60 SMs run two while 72 run one; 64 CTAs: half of them
+// idle). The summation order does not depend on it.
+int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool one_column_tile) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return (tiles + 7) / 8 * splits * row_chunks >= sms ? 8 : 4;
+  const int64_t ctas = (tiles + 7) / 8 * splits * row_chunks, slots = (ctas + sms - 1) / sms * sms;
+  if (one_column_tile) return ctas * 5 >= slots * 4 ? 8 : 4;
+  return ctas >= sms ? 8 : 4;
 }
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
 // with it every row's result, does not depend on the number of rows (batch invariance) nor on the
 // GPU. Enough ranges that the weight's 16-row tiles give about kWarpsWanted warps (work for every SM
 // of a large GPU), each range at least kMinStepsPerRange steps of 128 elements (so each warp's ring
-// runs full for a while; fewer, longer ranges also mean fewer partial sums to add).
+// runs full for a while; fewer, longer ranges also mean fewer partial sums to add), or
+// kShortStepsPerRange where the longer ranges would give fewer than kMinWarps warps (small N). The
+// count is then raised to the next one that divides the steps, where one does within those bounds:
+// ranges of equal length. docs/performance.md, "Linear: dispatch and bounds", has the measurements.
 int linear_splits(int64_t n, int64_t steps) {
-  constexpr int64_t kWarpsWanted = 4096, kMinStepsPerRange = 8;
+  constexpr int64_t kWarpsWanted = 4096, kMinWarps = 1024, kMinStepsPerRange = 8, kShortStepsPerRange = 4;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
   const int64_t wanted = (kWarpsWanted + tiles - 1) / tiles;
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, steps / kMinStepsPerRange)));
+  int64_t most = std::max<int64_t>(1, steps / kMinStepsPerRange);
+  if (tiles * most < kMinWarps) most = std::max(most, steps / kShortStepsPerRange);
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, most);
+  for (int64_t equal = splits; equal <= most; ++equal) {
+    if (steps % equal == 0) return static_cast<int>(equal);
+  }
+  return static_cast<int>(splits);
 }
 
 // Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them.
@@ -90,7 +104,7 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   using Layout = LinearLayout<Format, XT, kNt, kResident>;
   const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
+  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks, kNt == 1);
   if constexpr (kResident) args.live_tokens = static_cast<int>(args.m);
   size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
   if constexpr (kFixup) smem = std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps));
