@@ -393,21 +393,31 @@ FP4OPS_HD float e8m0_decode(uint32_t code) {
   return exp2_int(static_cast<int>(code) - 127);
 }
 
-// d * 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb (0xFF: NaN) with one rounding
-// wherever the result is normal: the exponents add as integers, so a huge A scale times a tiny B
-// scale cannot overflow (or underflow) on the way. d is 0 or at most 2^11 in magnitude and a
-// multiple of 2^-30: a GEMV block sum of E2M1 products (a multiple of 1/4), possibly times the
-// 2^-12 or 2^-28 of an exact operand encoding (mma_fragments.cuh). 2^sum is applied as two normal
-// powers of two, without branches (the GEMV's hot loop runs this per block): the first, at least
-// 2^-100, keeps d * 2^first exact (a multiple of 2^-130, which fp32's subnormals hold too), and
-// the second rounds once. Past 2^254 the result overflows, below 2^-226 it rounds to zero, whichever factors
-// carry the rest: the clamps change no result.
-FP4OPS_HD float scale_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo) {
+// 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb as two normal powers of two, the
+// exponents added as integers (so a huge A scale times a tiny B scale cannot overflow or underflow
+// on the way): `first` is at least 2^-100, so d * first is exact for the d that scale_by_e8m0_pair
+// takes (a multiple of 2^-30 of magnitude 0 or at most 2^11: a multiple of 2^-130, which fp32's
+// subnormals hold too), and `second` carries the rest, the one rounding. Past 2^254 the product
+// overflows, below 2^-226 it rounds to zero, whichever factors carry the rest: the clamps change
+// no result. No branches: the GEMV's hot loop runs this per block.
+struct E8m0PairFactors {
+  float first, second;
+};
+FP4OPS_HD E8m0PairFactors e8m0_pair_factors(uint32_t ea, uint32_t eb, int undo) {
   const int sum = static_cast<int>(ea + eb) - 254 + undo;
   const int first = sum < -100 ? -100 : (sum > 127 ? 127 : sum);
   const int rest = sum - first;
   const int second = rest < -126 ? -126 : (rest > 127 ? 127 : rest);
-  const float scaled = mul_rn(mul_rn(d, exp2_normal(first)), exp2_normal(second));
+  return {exp2_normal(first), exp2_normal(second)};
+}
+
+// d * 2^(ea - 127) * 2^(eb - 127) * 2^undo for E8M0 codes ea, eb (0xFF: NaN) with one rounding
+// wherever the result is normal (e8m0_pair_factors). d is 0 or at most 2^11 in magnitude and a
+// multiple of 2^-30: a GEMV block sum of E2M1 products (a multiple of 1/4), possibly times the
+// 2^-12 or 2^-28 of an exact operand encoding (mma_fragments.cuh).
+FP4OPS_HD float scale_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo) {
+  const E8m0PairFactors f = e8m0_pair_factors(ea, eb, undo);
+  const float scaled = mul_rn(mul_rn(d, f.first), f.second);
   return ea == kE8M0NaN || eb == kE8M0NaN ? bits_to_float(0x7FC00000u) : scaled;
 }
 

@@ -144,6 +144,15 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
   });
 }
 
+// `args` with the dense x `decoded` ([M, K], in the decoders' pairing where `paired`) in place of
+// the FP4 x it was decoded from.
+LinearArgs with_decoded_x(LinearArgs args, const at::Tensor& decoded, bool paired) {
+  args.x = decoded.const_data_ptr();
+  args.x_scales = nullptr;
+  args.x_paired = paired;
+  return args;
+}
+
 // MXFP4 x decoded once per call into bf16 values (linear_decode_mxfp4_x_kernel), exact for block
 // scales 2^-124 .. 2^116, for the dense bf16 kernels, whose CTAs compute from the FP4 x instead
 // where the decode flagged a block outside that window (kFixup: the same bits, fma_by_e8m0_pair).
@@ -160,10 +169,7 @@ void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptio
   args.fp4_x_scales = args.x_scales;
   args.fixup_flags = outside.const_data_ptr<int>();
   args.fixup_flag_count = static_cast<int>(decode_ctas);
-  args.x = decoded.const_data_ptr();
-  args.x_scales = nullptr;
-  args.x_paired = pairing;
-  launch_mma_kernels<Mxfp4Format, __nv_bfloat16, true>(args, options, stream, device);
+  launch_mma_kernels<Mxfp4Format, __nv_bfloat16, true>(with_decoded_x(args, decoded, pairing), options, stream, device);
 }
 
 // The kernels for x of type XT (uint8_t: FP4 x), then the K ranges' reduction. FP4 x is decoded
@@ -181,11 +187,8 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
     launch_dependent(pairing ? linear_decode_nvfp4_x_kernel<true> : linear_decode_nvfp4_x_kernel<false>, grid_for(chunks, 256),
                      256, stream, static_cast<const uint32_t*>(args.x), args.x_scales,
                      static_cast<uint4*>(decoded.mutable_data_ptr()), chunks);
-    LinearArgs dense = args;
-    dense.x = decoded.const_data_ptr();
-    dense.x_scales = nullptr;
+    LinearArgs dense = with_decoded_x(args, decoded, pairing);
     dense.x_prescaled = true;
-    dense.x_paired = pairing;
     launch_mma_kernels<Format, __half>(dense, options, stream, device);
   } else if constexpr (kFp4X) {
     launch_decoded_mxfp4_x(args, pairing, options, stream, device);

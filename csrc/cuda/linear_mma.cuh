@@ -459,16 +459,13 @@ __device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selec
 // values e2m1 * 2^(eb - 127), linear_decode_mxfp4_x_kernel) compute fma(d', 2^(ea - 127), acc) with
 // d' = d * 2^(eb - 127) * 2^undo exactly, the same real product: so both give the same bits, and
 // a row's result does not depend on whether another row's blocks send its call's CTAs to the FP4 x
-// (kFixup). The exponent is applied as scale_by_e8m0_pair's two normal powers of two (d * 2^first
-// exact; past its clamps the product overflows or is far below acc's last bit either way); a NaN
+// (kFixup). The exponent is applied as e8m0_pair_factors' two normal powers of two (d * first
+// exact; past their clamps the product overflows or is far below acc's last bit either way); a NaN
 // factor makes the fma's canonical NaN, as the decoded kernels' does.
 __device__ __forceinline__ float fma_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo, float acc) {
-  const int sum = static_cast<int>(ea + eb) - 254 + undo;
-  const int first = sum < -100 ? -100 : (sum > 127 ? 127 : sum);
-  const int rest = sum - first;
-  const int second = rest < -126 ? -126 : (rest > 127 ? 127 : rest);
-  const float factor = ea == kE8M0NaN || eb == kE8M0NaN ? bits_to_float(0x7FC00000u) : exp2_normal(second);
-  return __fmaf_rn(mul_rn(d, exp2_normal(first)), factor, acc);
+  const E8m0PairFactors f = e8m0_pair_factors(ea, eb, undo);
+  const float second = ea == kE8M0NaN || eb == kE8M0NaN ? bits_to_float(0x7FC00000u) : f.second;
+  return __fmaf_rn(mul_rn(d, f.first), second, acc);
 }
 
 template <class Layout>
