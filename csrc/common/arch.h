@@ -8,7 +8,8 @@
 // | (minimum)           | cp.async, mma.sync bf16, redux, max.bf16x2          | sm_80 and later       |
 // | FP4OPS_HW_MAX_ABS16 | max.NaN.xorsign.abs on bf16x2 / f16x2               | sm_86 and later       |
 // | FP4OPS_HW_E4M3      | cvt f32 -> e4m3x2, cvt e4m3x2 -> f16x2              | sm_89 and later       |
-// | FP4OPS_HW_PDL       | griddepcontrol (programmatic dependent launch)      | sm_90 and later       |
+// | FP4OPS_HW_PDL       | griddepcontrol (programmatic dependent launch),     | sm_90 and later       |
+// |                     | cp.async.bulk.prefetch.L2                           |                       |
 // | FP4OPS_HW_FP4       | cvt f32 -> e2m1x2, cvt e2m1x2 -> f16x2              | sm_100a, sm_103a,     |
 // |                     |                                                     | sm_120a, sm_121a, 'f' |
 //

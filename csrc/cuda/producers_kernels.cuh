@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "../common/producers.h"
+#include "async_copy.cuh"
 #include "quantize_kernels.cuh"
 
 namespace fp4ops::cuda {
@@ -328,6 +329,21 @@ __device__ __forceinline__ void normalized_block(const Vec8<T> (&h)[kRmsSpan / 8
   }
 }
 
+// The CTA's row group at row0 brought to L2 by one thread's bulk prefetch, where the architecture
+// has it: issued a row group ahead, so that the group's loads wait on L2 rather than on DRAM while
+// DRAM streams the group after it, without registers or shared memory held for it (each row ends
+// in two barriers, so the CTA has nothing else in flight while it normalizes). Not with a residual:
+// prefetching both inputs there was slower than none (docs/performance.md, "Fused producers").
+template <bool kResidual, typename T, typename W>
+__device__ __forceinline__ void prefetch_row_group(const RmsNormArgs<T, W>& args, int64_t row0, int rows_per_cta) {
+#if defined(FP4OPS_HW_PDL)
+  if (kResidual || threadIdx.x != 0 || row0 >= args.rows) return;
+  const int64_t rows = args.rows - row0 < rows_per_cta ? args.rows - row0 : rows_per_cta;
+  const auto bytes = static_cast<uint32_t>(rows * args.hidden * static_cast<int64_t>(sizeof(T)));  // whole rows: 32-byte multiples
+  prefetch_l2_bulk(args.x + row0 * args.hidden, bytes);
+#endif
+}
+
 // A CTA's rows, normalized into `sink` block by block: rows in groups of blockDim.x / row_threads
 // per CTA, grid-stride. The weights are staged (stage_weights, then a barrier) and the format is
 // ready. With kResidual, h = x + residual is also stored to residual_out.
@@ -341,6 +357,7 @@ __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, con
   const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
   const RowSpans spans(args);
   for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows; row0 += row_step) {
+    prefetch_row_group<kResidual>(args, row0 + row_step, rows_per_cta);
     const RowSpan span = spans.at(args, row0);
     Vec8<T> h[kRmsSpan / 8];
     load_row_span<kResidual>(args, span, h);
@@ -384,6 +401,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
   __shared__ uint32_t scratch[32];
   const auto format = make_format(source, table);
   auto sink = make_sink(source, data, scales, scale_index);
+  prefetch_row_group<kResidual>(args, static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads), blockDim.x / args.row_threads);
   stage_row_weights(args, staged_weights);
   rms_norm_rows<kResidual>(args, format, sink, staged_weights, row_scratch);
   sink.finish(scratch);
