@@ -29,9 +29,9 @@ import fp4ops  # noqa: E402
 
 # (rows, K) of every_op's inputs: rows a multiple of 16 and at least 80 (its linears take 80 rows).
 EVERY_OP_SHAPES = {"cuda": [(80, 1024), (96, 4096), (128, 192)], "cpu": [(80, 256), (96, 128)]}
-# fp4ops.linear weights (N, K): several K ranges, uneven ranges of 9-10 steps (x resident up to 16
-# or 32 rows, then staged per step), a small N (ranges of 4 steps, 4-warp CTAs), one K range, and
-# an N no multiple of 16.
+# fp4ops.linear weights (N, K): several K ranges, a small N (4-warp CTAs), uneven ranges of 9-10
+# steps (x resident up to 16 or 32 rows, then staged per step), one K range, and an N no multiple
+# of 16 with ranges of 4 steps.
 LINEAR_WEIGHTS = {"cuda": [(4096, 4096), (1024, 8192), (10240, 8576), (200, 512), (1000, 2048)],
                   "cpu": [(64, 256), (40, 512)]}
 LINEAR_ROWS = [1, 3, 8, 9, 12, 16, 17, 33, 64, 100]

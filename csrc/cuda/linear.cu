@@ -21,15 +21,14 @@ namespace fp4ops::cuda {
 namespace {
 
 // Warps (16 weight rows each) per CTA: 8, so that a CTA's copy of x serves 128 rows, or 4 where 8
-// would leave SMs without a CTA (small N). With one column tile (at most 8 rows) the grid's last
-// round of CTAs sets the time instead: 4 where the 8-warp grid fills less than 4/5 of the SMs in
-// its last round (192 CTAs for 132 SMs: 60 SMs run two while 72 run one; 64 CTAs: half of them
-// idle). The summation order does not depend on it.
+// would leave SMs without a CTA (small N). With one column tile (at most 8 rows) also 4 where the
+// 8-warp grid fills less than 4/5 of the SMs in its last round (192 CTAs for 132 SMs: 60 SMs run
+// two while 72 run one). The summation order does not depend on it.
 int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool one_column_tile) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t ctas = (tiles + 7) / 8 * splits * row_chunks, slots = (ctas + sms - 1) / sms * sms;
-  if (one_column_tile) return ctas * 5 >= slots * 4 ? 8 : 4;
-  return ctas >= sms ? 8 : 4;
+  if (ctas < sms) return 4;
+  return one_column_tile && ctas * 5 < slots * 4 ? 4 : 8;
 }
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
@@ -41,7 +40,7 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool one
 // count is then raised to the next one that divides the steps, where one does within those bounds:
 // ranges of equal length. docs/performance.md, "Linear: dispatch and bounds", has the measurements.
 int linear_splits(int64_t n, int64_t steps) {
-  constexpr int64_t kWarpsWanted = 4096, kMinWarps = 1024, kMinStepsPerRange = 8, kShortStepsPerRange = 4;
+  constexpr int64_t kWarpsWanted = 4096, kMinWarps = 512, kMinStepsPerRange = 8, kShortStepsPerRange = 4;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
   const int64_t wanted = (kWarpsWanted + tiles - 1) / tiles;
   int64_t most = std::max<int64_t>(1, steps / kMinStepsPerRange);
