@@ -1,17 +1,17 @@
 // Launchers of the fused producers (SPEC 7): checks, device guard, current stream. Nothing here
 // synchronizes with the host, so both ops can be captured in a CUDA graph.
 //
-// A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g takes two passes
-// (the first only reduces the amax of y and writes the new residual): g depends on every element
-// of y, so no block can be encoded before the whole tensor has been read once. In general the
-// passes are two launches spread over the whole GPU (the first behind zero_words_kernel as its
-// programmatic dependent). A decode step's few rows fit one thread-block cluster, which holds y in
-// registers and exchanges the amax in distributed shared memory: one launch, one read.
+// A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g needs the amax of
+// all of y before any block can be encoded. A decode step's few rows fit one cooperative grid,
+// whose CTAs hold y in registers and exchange the amax through one word each and a grid barrier:
+// one launch, one read. More rows take two passes over the whole GPU (the first only reduces the
+// amax of y and writes the new residual), the first behind zero_words_kernel as its programmatic
+// dependent.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
 #include "../common/producer_checks.h"
-#include "cluster_launch.h"
+#include "cooperative_launch.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
 #include "producers_kernels.cuh"
@@ -22,27 +22,26 @@ namespace {
 
 constexpr int kSiluThreads = 256;
 constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
-// NVFP4 with its own g over at most this many rows (a decode step) runs as one launch where one
-// thread-block cluster holds all of y at once (the *_one_launch_kernel: up to kMaxClusterCtas
-// CTAs, one row group or 1024 output blocks each) and loses no parallelism to the two grid-wide
-// launches: at most kOneLaunchAnyCtas CTAs (too little work to spread), or as many CTAs as the
-// two-launch grid would have (RMSNorm rows of 512 threads); otherwise, and where the build or the
-// GPU has no clusters, as the two launches (docs/performance.md, "Fused producers").
+// NVFP4 with its own g over at most this many rows (a decode step) runs as one launch that holds
+// all of y at once (the *_one_launch_kernel): a cooperative grid of CTAs of the two-launch grid's
+// size (one RMSNorm row group, or kSiluOneLaunchThreads output blocks), where the GPU holds every
+// CTA at once; else the zeroing and two grid-wide passes (docs/performance.md, "Fused producers").
 constexpr int64_t kOneLaunchMaxRows = 64;
-constexpr int64_t kOneLaunchAnyCtas = 2;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
-// one cluster of just enough CTAs, where kOneLaunchMaxRows' rule allows (`as_parallel`: the
-// cluster has as many CTAs as the two-launch grid). False (nothing launched) where it does not, or
-// where no cluster of that size can run the kernel here: the caller takes the two-launch path.
+// one cooperative grid of just enough CTAs, with the exchange's words (one per CTA, on `options`'
+// device) as the kernel's last argument. False (nothing launched) where the GPU has no
+// cooperative launch or cannot hold every CTA at once: the caller takes the two-launch path.
 template <typename... KernelArgs, typename... Args>
-bool launch_one_cluster(void (*kernel)(KernelArgs...), int64_t work, int64_t per_cta, bool as_parallel, int threads,
-                        size_t smem, int device, cudaStream_t stream, Args&&... args) {
+bool launch_one_grid(void (*kernel)(KernelArgs...), int64_t work, int64_t per_cta, int threads, size_t smem, int device,
+                     const at::TensorOptions& options, cudaStream_t stream, Args&&... args) {
   const int64_t ctas = (work + per_cta - 1) / per_cta;
-  if (ctas > kMaxClusterCtas || (ctas > kOneLaunchAnyCtas && !as_parallel)) return false;
+  if (!at::cuda::getCurrentDeviceProperties()->cooperativeLaunch) return false;
   allow_dynamic_smem(kernel, smem, device);
-  if (cluster_ctas(kernel, static_cast<int>(ctas), threads, smem, device) != ctas) return false;
-  launch_cluster(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...);
+  if (ctas > resident_ctas(kernel, threads, smem, static_cast<size_t>(device))) return false;
+  const at::Tensor words = at::empty({ctas}, options.dtype(at::kInt));
+  launch_cooperative(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...,
+                     reinterpret_cast<uint32_t*>(words.mutable_data_ptr<int>()));
   return true;
 }
 
@@ -159,12 +158,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
         bool launched = false;
         with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
           with_bool(res.defined(), [&](auto with_residual) {
-            const auto kernel =
-                rms_norm_quantize_one_launch_kernel<T, W, decltype(with_residual)::value, decltype(scale_index)>;
-            launched = launch_one_cluster(kernel, rows, kRmsMaxRowThreads / row_threads,
-                                          row_threads == kRmsMaxRowThreads, kRmsMaxRowThreads,
-                                          rms_smem_bytes(kRmsMaxRowThreads), device, stream, first_pass,
-                                          out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+            constexpr bool kResidual = decltype(with_residual)::value;
+            using Index = decltype(scale_index);
+            launched = launch_one_grid(rms_norm_quantize_one_launch_kernel<T, W, kResidual, Index>, rows,
+                                       threads / row_threads, threads, smem, device, x.options(), stream, first_pass,
+                                       out.g.mutable_data_ptr<float>(), data, scales, scale_index);
           });
         });
         if (launched) return;
@@ -242,9 +240,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       const SiluMulArgs<T> args = args_for(tag, target.block());
       bool launched = false;
       with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-        launched = launch_one_cluster(silu_mul_quantize_one_launch_kernel<T, decltype(scale_index)>, args.num_blocks,
-                                      kSiluOneLaunchThreads, false, kSiluOneLaunchThreads, 0, x.get_device(), stream, args,
-                                      out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+        using Index = decltype(scale_index);
+        launched = launch_one_grid(silu_mul_quantize_one_launch_kernel<T, Index>, args.num_blocks, kSiluOneLaunchThreads,
+                                   kSiluOneLaunchThreads, 0, x.get_device(), x.options(), stream, args,
+                                   out.g.mutable_data_ptr<float>(), data, scales, scale_index);
       });
       if (launched) return;
     }

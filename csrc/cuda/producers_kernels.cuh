@@ -83,38 +83,28 @@ struct AmaxReducer {
   }
 };
 
-// The shared memory of cluster_finite_amax: this CTA's max, then the cluster's amax.
-struct ClusterAmaxScratch {
-  uint32_t cta_max_bits;
+// The one-launch kernels' shared memory for the exchange: the amax of all of y.
+struct AmaxExchangeScratch {
   float amax;
 };
 
-// The one-launch paths' exchange (sm_90 and later: thread-block clusters): the finite amax of y
-// over the cluster, as the Nvfp4Source that encodes y (g from that amax; CTA 0 writes it to
-// g_out). Each CTA reduces its threads' maxima into its shared memory, and every thread reads all
-// the CTAs' through distributed shared memory. A max does not depend on the order, so this is the
-// amax the two-launch path's atomicMax finds. The second cluster barrier keeps every CTA, and with
-// it its shared memory, alive until all have read. Every thread of every CTA calls this once.
-__device__ __forceinline__ Nvfp4Source cluster_finite_amax(uint32_t thread_max_bits, uint32_t* scratch,
-                                                           ClusterAmaxScratch& shared, float* g_out) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The one-launch kernels' exchange over their cooperative grid (every CTA resident at once): the
+// finite amax of y, as the Nvfp4Source that encodes y (g from that amax; CTA 0 writes it to
+// g_out). Each CTA writes its threads' maximum to its own word of `cta_max_bits` ([gridDim.x],
+// never zeroed: every word is written before the grid barrier and read only after it), then every
+// CTA reduces all the words. A max does not depend on the order, so this is the amax the
+// two-launch path's atomicMax finds. Every thread of every CTA calls this once.
+__device__ __forceinline__ Nvfp4Source grid_finite_amax(uint32_t thread_max_bits, uint32_t* scratch,
+                                                        AmaxExchangeScratch& shared, uint32_t* cta_max_bits, float* g_out) {
   const uint32_t m = block_reduce_max(thread_max_bits, scratch);
-  if (threadIdx.x == 0) shared.cta_max_bits = m;
-  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();
-  if (threadIdx.x == 0) {
-    uint32_t all = 0;
-    for (unsigned rank = 0; rank < cluster.num_blocks(); ++rank) {
-      all = max(all, *cluster.map_shared_rank(&shared.cta_max_bits, rank));
-    }
-    shared.amax = __uint_as_float(all);
-  }
-  cluster.sync();  // also publishes shared.amax to this CTA's threads
+  if (threadIdx.x == 0) cta_max_bits[blockIdx.x] = m;
+  cooperative_groups::this_grid().sync();  // orders every CTA's word before the reads below
+  uint32_t all = 0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) all = max(all, __ldcg(cta_max_bits + b));
+  all = block_reduce_max(all, scratch);
+  if (threadIdx.x == 0) shared.amax = __uint_as_float(all);
+  __syncthreads();
   return Nvfp4Source{&shared.amax, true, g_out};
-#else
-  __trap();  // the launcher takes the two-launch path on these GPUs
-  return Nvfp4Source{nullptr, true, g_out};
-#endif
 }
 
 // A CTA's format: NVFP4 tabulates its element multipliers in `table` (and block 0 publishes g,
@@ -407,26 +397,27 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
   sink.finish(scratch);
 }
 
-// NVFP4 with its own g in one launch and one read, for few rows (a decode step): the grid is one
-// thread-block cluster whose CTAs hold every row at once (one row group each), y in registers. The
-// CTAs exchange the amax of y through distributed shared memory (cluster_finite_amax) and encode
-// the y they hold: the same y and the same amax as the two-launch path, so the same bytes.
-// Dynamic shared memory as rms_norm_quantize_kernel.
+// NVFP4 with its own g in one launch and one read, for few rows (a decode step): a cooperative grid
+// whose CTAs hold every row group at once (one each), y in registers. The CTAs exchange the amax
+// of y (grid_finite_amax) and encode the y they hold: the same y and the same amax as the
+// two-launch path, so the same bytes. The row is loaded before the weights are staged, so that
+// both loads are in flight at once. Dynamic shared memory as rms_norm_quantize_kernel;
+// cta_max_bits: the exchange's words, one per CTA.
 template <typename T, typename W, bool kResidual, class ScaleIndex>
 __global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_one_launch_kernel(
     RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
-    ScaleIndex scale_index) {
+    ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   constexpr int kBlock = kNvfp4Block;
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ RmsRowScratch row_scratch;
   __shared__ uint32_t scratch[32];
-  __shared__ ClusterAmaxScratch amax_scratch;
-  stage_row_weights(args, staged_weights);
+  __shared__ AmaxExchangeScratch amax_scratch;
 
   const RowSpan span = RowSpans(args).at(args, static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads));
   Vec8<T> h[kRmsSpan / 8];
   load_row_span<kResidual>(args, span, h);
+  stage_row_weights(args, staged_weights);
   const float rs = span_rms_inverse(args, h, row_scratch);
   float y[kRmsSpan];
   AmaxReducer reducer{nullptr};
@@ -436,7 +427,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_one_la
     if (b * kBlock < span.live) reducer.put(AmaxTarget{nullptr}, 0, y + b * kBlock);
   }
 
-  const auto format = make_format(cluster_finite_amax(reducer.max_bits, scratch, amax_scratch, g_out), table);
+  const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
   __syncthreads();  // the format's table
   const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
 #pragma unroll
@@ -508,18 +499,19 @@ __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uin
   sink.finish(scratch);
 }
 
-// NVFP4 with its own g in one launch and one read, as rms_norm_quantize_one_launch_kernel: one
-// cluster whose threads hold every output block at once (one each), y in registers.
-constexpr int kSiluOneLaunchThreads = 1024;
+// NVFP4 with its own g in one launch and one read, as rms_norm_quantize_one_launch_kernel: a
+// cooperative grid of kSiluOneLaunchThreads-thread CTAs whose threads hold every output block at
+// once (one each), y in registers.
+constexpr int kSiluOneLaunchThreads = 256;
 
 template <typename T, class ScaleIndex>
 __global__ void __launch_bounds__(kSiluOneLaunchThreads, 1) silu_mul_quantize_one_launch_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
-    ScaleIndex scale_index) {
+    ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
-  __shared__ ClusterAmaxScratch amax_scratch;
+  __shared__ AmaxExchangeScratch amax_scratch;
   const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool live = u < args.num_blocks;
   float y[kBlock];
@@ -528,7 +520,7 @@ __global__ void __launch_bounds__(kSiluOneLaunchThreads, 1) silu_mul_quantize_on
     silu_mul_block<kBlock>(args, u, y);
     reducer.put(AmaxTarget{nullptr}, 0, y);
   }
-  const auto format = make_format(cluster_finite_amax(reducer.max_bits, scratch, amax_scratch, g_out), table);
+  const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
   __syncthreads();  // the format's table
   if (live) {
     const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
