@@ -107,11 +107,27 @@ __device__ __forceinline__ Nvfp4Source grid_finite_amax(uint32_t thread_max_bits
   return Nvfp4Source{&shared.amax, true, g_out};
 }
 
+// A source with its read of global memory issued (NVFP4's global scale or amax; the others read
+// nothing), so that a kernel can start its other first reads before the value is used
+// (make_format) instead of after.
+struct Nvfp4SourceRead {
+  Nvfp4Source source;
+  float value;
+};
+__device__ __forceinline__ Nvfp4SourceRead read_source(const Nvfp4Source& source) { return {source, source.read()}; }
+__device__ __forceinline__ Mxfp4Source read_source(const Mxfp4Source& source) { return source; }
+__device__ __forceinline__ AmaxTarget read_source(const AmaxTarget& target) { return target; }
+
 // A CTA's format: NVFP4 tabulates its element multipliers in `table` (and block 0 publishes g,
 // Nvfp4Source); MXFP4 is a rule; the amax pass is its target. The caller synchronizes before the
 // first put.
+__device__ __forceinline__ Nvfp4TabulatedFormat make_format(const Nvfp4SourceRead& read, float* table) {
+  const Nvfp4Format format = read.source.make(read.value);
+  read.source.publish(format);
+  return tabulate_format(format, table);
+}
 __device__ __forceinline__ Nvfp4TabulatedFormat make_format(const Nvfp4Source& source, float* table) {
-  return tabulate_source(source, table);
+  return make_format(read_source(source), table);
 }
 __device__ __forceinline__ Mxfp4Format make_format(const Mxfp4Source& source, float*) { return source.make(); }
 __device__ __forceinline__ AmaxTarget make_format(const AmaxTarget& target, float*) { return target; }
@@ -451,51 +467,79 @@ struct SiluMulArgs {
   int64_t width;
 };
 
-// y of output block u (kBlock elements).
+// The gate and up elements of output block u (kBlock elements each), as loaded.
 template <int kBlock, typename T>
-__device__ __forceinline__ void silu_mul_block(const SiluMulArgs<T>& args, int64_t u, float* y) {
+struct SiluMulInputs {
+  Vec8<T> gate[kBlock / 8], up[kBlock / 8];
+};
+
+template <int kBlock, typename T>
+__device__ __forceinline__ SiluMulInputs<kBlock, T> load_silu_mul_inputs(const SiluMulArgs<T>& args, int64_t u) {
   const bool small = args.num_blocks < (int64_t{1} << 32);
   const int64_t row = small ? args.by_blocks_per_row.div(static_cast<uint32_t>(u)) : u / args.blocks_per_row;
   const int64_t column = (u - row * args.blocks_per_row) * kBlock;
   const T* gate = args.x + row * 2 * args.width + column;
-  Vec8<T> g_raw[kBlock / 8], u_raw[kBlock / 8];
+  SiluMulInputs<kBlock, T> in;
 #pragma unroll
   for (int g = 0; g < kBlock / 8; ++g) {
-    g_raw[g] = load_vec8<T, true>(gate, g);
-    u_raw[g] = load_vec8<T, true>(gate + args.width, g);
+    in.gate[g] = load_vec8<T, true>(gate, g);
+    in.up[g] = load_vec8<T, true>(gate + args.width, g);
   }
+  return in;
+}
+
+// y of an output block from its inputs.
+template <int kBlock, typename T>
+__device__ __forceinline__ void silu_mul_of(const SiluMulInputs<kBlock, T>& in, float* y) {
   float up[8];
 #pragma unroll
   for (int g = 0; g < kBlock / 8; ++g) {
-    widen8<T>(g_raw[g], y + 8 * g);
-    widen8<T>(u_raw[g], up);
+    widen8<T>(in.gate[g], y + 8 * g);
+    widen8<T>(in.up[g], up);
 #pragma unroll
     for (int j = 0; j < 8; ++j) y[8 * g + j] = silu_mul(y[8 * g + j], up[j]);
   }
 }
 
-// The blocks of y of this thread (grid-stride) into `sink`.
-template <typename T, class Format, class Sink>
-__device__ __forceinline__ void silu_mul_blocks(const SiluMulArgs<T>& args, const Format& format, Sink& sink) {
-  constexpr int kBlock = Format::kBlock;
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < args.num_blocks;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float y[kBlock];
-    silu_mul_block<kBlock>(args, u, y);
-    sink.put(format, u, y);
-    if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
-  }
+// y of output block u (kBlock elements).
+template <int kBlock, typename T>
+__device__ __forceinline__ void silu_mul_block(const SiluMulArgs<T>& args, int64_t u, float* y) {
+  silu_mul_of(load_silu_mul_inputs<kBlock>(args, u), y);
 }
 
+// The blocks of y of this thread (grid-stride) into the source's sink. NVFP4 reads its g from
+// global memory before the format's table is built: there the thread's first block is loaded
+// before that read is waited for, so that the two wait together rather than one after another
+// (the other sources read nothing and keep the plain loop).
 template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                          uint8_t* __restrict__ scales, ScaleIndex scale_index) {
+  constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
+  constexpr bool kFirstBlockEarly = std::is_same_v<Source, Nvfp4Source>;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
-  const auto format = make_format(source, table);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const auto read = read_source(source);
+  [[maybe_unused]] SiluMulInputs<kBlock, T> early;
+  if (kFirstBlockEarly && first < args.num_blocks) early = load_silu_mul_inputs<kBlock>(args, first);
+  const auto format = make_format(read, table);
   auto sink = make_sink(source, data, scales, scale_index);
-  __syncthreads();
-  silu_mul_blocks(args, format, sink);
+  __syncthreads();  // the format's table
+  const auto emit = [&](int64_t u, const float* y) {
+    sink.put(format, u, y);
+    if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
+  };
+  if (kFirstBlockEarly && first < args.num_blocks) {
+    float y[kBlock];
+    silu_mul_of(early, y);
+    emit(first, y);
+  }
+  for (int64_t u = kFirstBlockEarly ? first + stride : first; u < args.num_blocks; u += stride) {
+    float y[kBlock];
+    silu_mul_block<kBlock>(args, u, y);
+    emit(u, y);
+  }
   sink.finish(scratch);
 }
 

@@ -30,10 +30,12 @@ struct Nvfp4Source {
   float* scale_out;
   float* scale_out_copy = nullptr;
 
-  __device__ __forceinline__ Nvfp4Format make() const {
-    const float v = *scale;
-    return {scale_is_amax ? nvfp4_global_scale_from_amax(v) : v};
+  // make() in two steps, for kernels that issue the read ahead of its use: read(), then make(value).
+  __device__ __forceinline__ float read() const { return *scale; }
+  __device__ __forceinline__ Nvfp4Format make(float value) const {
+    return {scale_is_amax ? nvfp4_global_scale_from_amax(value) : value};
   }
+  __device__ __forceinline__ Nvfp4Format make() const { return make(read()); }
   __device__ __forceinline__ void publish(const Nvfp4Format& format) const {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     if (scale_out != nullptr) *scale_out = format.global_scale;
@@ -194,6 +196,10 @@ __device__ __forceinline__ void tabulate_multipliers(const Nvfp4Format& format, 
 // A CTA's format from `source`: g read (block 0 publishes it) and its multipliers tabulated in
 // `table`. With `enabled` false (a recipe direction that is off) g = 1 is tabulated and nothing
 // is read or published. The caller synchronizes before the first lookup.
+__device__ __forceinline__ Nvfp4TabulatedFormat tabulate_format(const Nvfp4Format& format, float* table) {
+  tabulate_multipliers(format, table);
+  return {format, table, scale_bracket_for(format.global_scale)};
+}
 __device__ __forceinline__ Nvfp4TabulatedFormat tabulate_source(const Nvfp4Source& source, float* table,
                                                                 bool enabled = true) {
   Nvfp4Format format{1.0f};
@@ -201,8 +207,7 @@ __device__ __forceinline__ Nvfp4TabulatedFormat tabulate_source(const Nvfp4Sourc
     format = source.make();
     source.publish(format);
   }
-  tabulate_multipliers(format, table);
-  return {format, table, scale_bracket_for(format.global_scale)};
+  return tabulate_format(format, table);
 }
 
 template <typename T, bool kAligned, class Source, class ScaleIndex>
