@@ -193,13 +193,15 @@ __device__ __forceinline__ void tabulate_multipliers(const Nvfp4Format& format, 
   }
 }
 
-// A CTA's format from `source`: g read (block 0 publishes it) and its multipliers tabulated in
-// `table`. With `enabled` false (a recipe direction that is off) g = 1 is tabulated and nothing
-// is read or published. The caller synchronizes before the first lookup.
+// A CTA's format for g, its multipliers tabulated in `table`. The caller synchronizes before the
+// first lookup.
 __device__ __forceinline__ Nvfp4TabulatedFormat tabulate_format(const Nvfp4Format& format, float* table) {
   tabulate_multipliers(format, table);
   return {format, table, scale_bracket_for(format.global_scale)};
 }
+// A CTA's format from `source`: g read (block 0 publishes it) and its multipliers tabulated in
+// `table`. With `enabled` false (a recipe direction that is off) g = 1 is tabulated and nothing
+// is read or published. The caller synchronizes before the first lookup.
 __device__ __forceinline__ Nvfp4TabulatedFormat tabulate_source(const Nvfp4Source& source, float* table,
                                                                 bool enabled = true) {
   Nvfp4Format format{1.0f};
