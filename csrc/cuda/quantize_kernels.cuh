@@ -199,6 +199,7 @@ __device__ __forceinline__ Nvfp4TabulatedFormat tabulate_format(const Nvfp4Forma
   tabulate_multipliers(format, table);
   return {format, table, scale_bracket_for(format.global_scale)};
 }
+
 // A CTA's format from `source`: g read (block 0 publishes it) and its multipliers tabulated in
 // `table`. With `enabled` false (a recipe direction that is off) g = 1 is tabulated and nothing
 // is read or published. The caller synchronizes before the first lookup.
