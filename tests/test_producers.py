@@ -361,15 +361,18 @@ def test_computed_global_scale(device, op):
     assert (as_bytes(zeros.scales) == 0).all() and (zeros.y == 0).all()
 
 
-# Rows on either side of the CUDA launcher's one-launch limit for NVFP4 with its own g
-# (kOneLaunchMaxRows in producers.cu: one cooperative grid up to 64 rows, two grid-wide passes
-# above), at model widths.
-ONE_LAUNCH_ROWS = [1, 5, 32, 64, 65]
+# Rows on either side of the CUDA launcher's one-launch limits for NVFP4 with its own g (producers.cu:
+# one cooperative grid up to kRmsOneLaunchMaxRows = 1024 RMSNorm rows where the GPU holds the grid,
+# up to kSiluOneLaunchMaxRows = 64 SiLU-mul rows; two grid-wide passes above), at model widths.
+# 600 rows of 4096 are more CTAs than an H100 holds at one per SM (the RMSNorm instance built for
+# two); 300 and 600 rows of 16384 more than it holds at all (the two passes below the limit).
+RMS_ONE_LAUNCH_ROWS = [1, 5, 64, 65, 300, 600, 1025]
+SILU_ONE_LAUNCH_ROWS = [1, 5, 32, 64, 65]
 
 
 @requires_cuda
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("rows", ONE_LAUNCH_ROWS)
+@pytest.mark.parametrize("rows", RMS_ONE_LAUNCH_ROWS)
 @pytest.mark.parametrize("hidden", [4096, 16384])
 @pytest.mark.parametrize("residual", [False, True], ids=["no_residual", "residual"])
 def test_rms_norm_own_global_scale_across_the_one_launch_rows(residual, hidden, rows, layout):
@@ -394,7 +397,7 @@ def test_rms_norm_own_global_scale_across_the_one_launch_rows(residual, hidden, 
 
 @requires_cuda
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("rows", ONE_LAUNCH_ROWS)
+@pytest.mark.parametrize("rows", SILU_ONE_LAUNCH_ROWS)
 @pytest.mark.parametrize("width", [4096, 14336])
 def test_silu_mul_own_global_scale_across_the_one_launch_rows(width, rows, layout):
     """Both CUDA paths: the plain quantizer on the op's own y, y within SPEC 7's bound, and the same
@@ -419,12 +422,12 @@ def fp4ops_kernels_launched(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
 
 
-# (op, rows, hidden, kernels launched): one (a cooperative grid) up to 64 rows, three (zeroing, amax
-# pass, quantize pass) above.
+# (op, rows, hidden, kernels launched): one (a cooperative grid) up to the op's limit where the
+# grid fits any GPU of 40 SMs or more, three (zeroing, amax pass, quantize pass) above the limit.
 OWN_SCALE_LAUNCHES = [
     ("rms_norm_quantize", 1, 4096, 1), ("rms_norm_quantize", 8, 4096, 1), ("rms_norm_quantize", 32, 4096, 1),
     ("rms_norm_quantize", 64, 4096, 1), ("rms_norm_quantize", 8, 16384, 1), ("rms_norm_quantize", 64, 16384, 1),
-    ("rms_norm_quantize", 65, 4096, 3),
+    ("rms_norm_quantize", 65, 4096, 1), ("rms_norm_quantize", 300, 4096, 1), ("rms_norm_quantize", 1025, 4096, 3),
     ("silu_mul_quantize", 1, 4096, 1), ("silu_mul_quantize", 8, 4096, 1), ("silu_mul_quantize", 32, 4096, 1),
     ("silu_mul_quantize", 8, 16384, 1), ("silu_mul_quantize", 64, 14336, 1), ("silu_mul_quantize", 65, 4096, 3),
 ]
@@ -433,7 +436,7 @@ OWN_SCALE_LAUNCHES = [
 @requires_cuda
 @pytest.mark.parametrize(("op", "rows", "hidden", "launches"), OWN_SCALE_LAUNCHES)
 def test_own_global_scale_launches(op, rows, hidden, launches):
-    """NVFP4 with its own g in one launch for a decode step's rows, in three above them."""
+    """NVFP4 with its own g in one launch up to the op's one-launch rows, in three above them."""
     x, weight = op_input(op, (rows, hidden), torch.bfloat16, "cuda")
     names = fp4ops_kernels_launched(lambda: run(op, x, Target("nvfp4"), weight, intermediate=False))
     assert len(names) == launches, names

@@ -2,11 +2,11 @@
 // synchronizes with the host, so both ops can be captured in a CUDA graph.
 //
 // A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g needs the amax of
-// all of y before any block can be encoded. A decode step's few rows fit one cooperative grid,
-// whose CTAs hold y in registers and exchange the amax through one word each and a grid barrier:
-// one launch, one read. More rows take two passes over the whole GPU (the first only reduces the
-// amax of y and writes the new residual), the first behind zero_words_kernel as its programmatic
-// dependent.
+// all of y before any block can be encoded. Rows that fit one cooperative grid (a decode step; for
+// RMSNorm also a prefill chunk) run in it, its CTAs holding their input in registers and exchanging
+// the amax through one word each and a grid barrier: one launch, one read. More rows take two
+// passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
+// the first behind zero_words_kernel as its programmatic dependent.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
@@ -22,11 +22,13 @@ namespace {
 
 constexpr int kSiluThreads = 256;
 constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
-// NVFP4 with its own g over at most this many rows (a decode step) runs as one launch that holds
-// all of y at once (the *_one_launch_kernel): a cooperative grid of CTAs of the two-launch grid's
-// size (one RMSNorm row group, or kSiluOneLaunchThreads output blocks), where the GPU holds every
-// CTA at once; else the zeroing and two grid-wide passes (docs/performance.md, "Fused producers").
-constexpr int64_t kOneLaunchMaxRows = 64;
+// NVFP4 with its own g over at most this many rows runs as one launch that holds all of its input
+// at once (the *_one_launch_kernel): a cooperative grid of CTAs of the two-launch grid's size (one
+// RMSNorm row group, or kSiluOneLaunchThreads output blocks), where the GPU holds every CTA at
+// once; else the zeroing and two grid-wide passes (docs/performance.md, "Fused producers").
+// RMSNorm: a decode step or a prefill chunk (up to 1056 rows of 4096 fit an H100); SiLU-mul: a
+// decode step.
+constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 64;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
 // one cooperative grid of just enough CTAs, with the exchange's words (one per CTA, on `options`'
@@ -154,15 +156,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
           res.defined() ? static_cast<T*>(residual_out.mutable_data_ptr()) : nullptr,
           static_cast<const W*>(w.const_data_ptr()),
           intermediate, rows, static_cast<int>(hidden), row_threads, static_cast<float>(eps)};
-      if (target.nvfp4 && !global_scale.has_value() && rows <= kOneLaunchMaxRows) {
+      if (target.nvfp4 && !global_scale.has_value() && rows <= kRmsOneLaunchMaxRows) {
         bool launched = false;
         with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
           with_bool(res.defined(), [&](auto with_residual) {
             constexpr bool kResidual = decltype(with_residual)::value;
             using Index = decltype(scale_index);
-            launched = launch_one_grid(rms_norm_quantize_one_launch_kernel<T, W, kResidual, Index>, rows,
-                                       threads / row_threads, threads, smem, device, x.options(), stream, first_pass,
-                                       out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+            // A CTA per SM where the grid fits so; else, for 16-bit x, the instance that fits two.
+            constexpr int kDense = kRmsCtasPerSm<T, kResidual, Nvfp4Source>;
+            const auto launch = [&](auto kernel) {
+              return launch_one_grid(kernel, rows, threads / row_threads, threads, smem, device, x.options(), stream,
+                                     first_pass, out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+            };
+            launched = launch(rms_norm_quantize_one_launch_kernel<T, W, kResidual, Index, 1>);
+            if constexpr (kDense > 1) {
+              if (!launched) launched = launch(rms_norm_quantize_one_launch_kernel<T, W, kResidual, Index, kDense>);
+            }
           });
         });
         if (launched) return;
@@ -236,7 +245,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
   };
   dispatch_float_type(x.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (target.nvfp4 && !global_scale.has_value() && rows <= kOneLaunchMaxRows) {
+    if (target.nvfp4 && !global_scale.has_value() && rows <= kSiluOneLaunchMaxRows) {
       const SiluMulArgs<T> args = args_for(tag, target.block());
       bool launched = false;
       with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {

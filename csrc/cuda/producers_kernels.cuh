@@ -413,14 +413,18 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
   sink.finish(scratch);
 }
 
-// NVFP4 with its own g in one launch and one read, for few rows (a decode step): a cooperative grid
-// whose CTAs hold every row group at once (one each), y in registers. The CTAs exchange the amax
-// of y (grid_finite_amax) and encode the y they hold: the same y and the same amax as the
-// two-launch path, so the same bytes. The row is loaded before the weights are staged, so that
+// NVFP4 with its own g in one launch and one read, for rows that fit one cooperative grid (a
+// decode step, a prefill chunk): CTAs that hold every row group at once (one each), each thread its
+// span of h in registers. The CTAs exchange the amax of y (grid_finite_amax), then each thread
+// computes its y again from h (the same operations: the same y) and encodes it: the same y and the
+// same amax as the two-launch path, so the same bytes. Holding h rather than y keeps a 16-bit
+// span at 16 registers across the exchange, so that the instance built for kCtasPerSm = 2 (at
+// most 64 registers a thread, as the two-launch kernel) holds twice the rows of the one built for
+// a CTA per SM, which spills nothing. The row is loaded before the weights are staged, so that
 // both loads are in flight at once. Dynamic shared memory as rms_norm_quantize_kernel;
 // cta_max_bits: the exchange's words, one per CTA.
-template <typename T, typename W, bool kResidual, class ScaleIndex>
-__global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_one_launch_kernel(
+template <typename T, typename W, bool kResidual, class ScaleIndex, int kCtasPerSm>
+__global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quantize_one_launch_kernel(
     RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   constexpr int kBlock = kNvfp4Block;
@@ -435,12 +439,14 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_one_la
   load_row_span<kResidual>(args, span, h);
   stage_row_weights(args, staged_weights);
   const float rs = span_rms_inverse(args, h, row_scratch);
-  float y[kRmsSpan];
   AmaxReducer reducer{nullptr};
 #pragma unroll
   for (int b = 0; b < kRmsSpan / kBlock; ++b) {
-    normalized_block<kBlock>(h, b, rs, staged_weights, y + b * kBlock);
-    if (b * kBlock < span.live) reducer.put(AmaxTarget{nullptr}, 0, y + b * kBlock);
+    if (b * kBlock < span.live) {
+      float y[kBlock];
+      normalized_block<kBlock>(h, b, rs, staged_weights, y);
+      reducer.put(AmaxTarget{nullptr}, 0, y);
+    }
   }
 
   const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
@@ -449,8 +455,10 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_one_la
 #pragma unroll
   for (int b = 0; b < kRmsSpan / kBlock; ++b) {
     if (b * kBlock < span.live) {
-      sink.put(format, static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock) + b, y + b * kBlock);
-      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y + b * kBlock);
+      float y[kBlock];
+      normalized_block<kBlock>(h, b, rs, staged_weights, y);
+      sink.put(format, static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock) + b, y);
+      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
     }
   }
 }
