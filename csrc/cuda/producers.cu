@@ -26,8 +26,8 @@ constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 // at once (the *_one_launch_kernel): a cooperative grid of CTAs of the two-launch grid's size (one
 // RMSNorm row group, or kSiluOneLaunchThreads output blocks), where the GPU holds every CTA at
 // once; else the zeroing and two grid-wide passes (docs/performance.md, "Fused producers").
-// RMSNorm: a decode step or a prefill chunk (up to 1056 rows of 4096 fit an H100); SiLU-mul: a
-// decode step.
+// RMSNorm: a decode step or a prefill chunk (two CTAs per SM at 16-bit x: 8 rows of 4096 an SM);
+// SiLU-mul: a decode step.
 constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 64;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
