@@ -416,11 +416,11 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
 // NVFP4 with its own g in one launch and one read, for rows that fit one cooperative grid (a
 // decode step, a prefill chunk): CTAs that hold every row group at once (one each), each thread its
 // span of h in registers. The CTAs exchange the amax of y (grid_finite_amax), then each thread
-// computes its y again from h (the same operations: the same y) and encodes it: the same y and the
-// same amax as the two-launch path, so the same bytes. Holding h rather than y keeps a 16-bit
-// span at 16 registers across the exchange, so that the instance built for kCtasPerSm = 2 (at
-// most 64 registers a thread, as the two-launch kernel) holds twice the rows of the one built for
-// a CTA per SM, which spills nothing. The row is loaded before the weights are staged, so that
+// encodes its y: the same y and the same amax as the two-launch path, so the same bytes. The
+// instance built for a CTA per SM keeps y across the exchange (registers to spare). The one built
+// for kCtasPerSm = 2 (at most 64 registers a thread, as the two-launch kernel) keeps only h, a
+// 16-bit span in 16 registers, and computes y again from it (the same operations: the same y), so
+// that it holds twice the rows. The row is loaded before the weights are staged, so that
 // both loads are in flight at once. Dynamic shared memory as rms_norm_quantize_kernel;
 // cta_max_bits: the exchange's words, one per CTA.
 template <typename T, typename W, bool kResidual, class ScaleIndex, int kCtasPerSm>
@@ -439,6 +439,8 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
   load_row_span<kResidual>(args, span, h);
   stage_row_weights(args, staged_weights);
   const float rs = span_rms_inverse(args, h, row_scratch);
+  constexpr bool kHoldY = kCtasPerSm == 1;  // registers to spare: y is kept rather than computed again
+  [[maybe_unused]] float held[kHoldY ? kRmsSpan : 1];
   AmaxReducer reducer{nullptr};
 #pragma unroll
   for (int b = 0; b < kRmsSpan / kBlock; ++b) {
@@ -446,6 +448,10 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
       float y[kBlock];
       normalized_block<kBlock>(h, b, rs, staged_weights, y);
       reducer.put(AmaxTarget{nullptr}, 0, y);
+      if constexpr (kHoldY) {
+#pragma unroll
+        for (int i = 0; i < kBlock; ++i) held[b * kBlock + i] = y[i];
+      }
     }
   }
 
@@ -456,7 +462,12 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
   for (int b = 0; b < kRmsSpan / kBlock; ++b) {
     if (b * kBlock < span.live) {
       float y[kBlock];
-      normalized_block<kBlock>(h, b, rs, staged_weights, y);
+      if constexpr (kHoldY) {
+#pragma unroll
+        for (int i = 0; i < kBlock; ++i) y[i] = held[b * kBlock + i];
+      } else {
+        normalized_block<kBlock>(h, b, rs, staged_weights, y);
+      }
       sink.put(format, static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock) + b, y);
       if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
     }
