@@ -243,6 +243,22 @@ def test_long_k_ranges_agree_across_row_counts(fmt, x_kind):
     assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, getattr(torch, x_kind), "cuda")
 
 
+@requires_cuda
+@pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
+    """1024 x 8192 (8 K ranges of 8 steps: 512 warps of 16 weight rows), where on a GPU of 86 SMs
+    or more 33-64 rows run as two row chunks of 32 with x resident in each (both formats; MXFP4 also
+    on smaller GPUs, whose grids have fewer warps per SM still): every row of every batch bitwise
+    equals its one-row call, and the first rows are within SPEC 5's bound."""
+    w = weight(fmt, 1024, 8192, "cuda")
+    pool = activations(x_kind, fmt, (64, 8192), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    for m in (32, 33, 40, 47, 63, 64):
+        assert_rows_match_single_calls(w, pool, singles, m)
+    assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)

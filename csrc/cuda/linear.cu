@@ -3,7 +3,8 @@
 //
 // Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x, and
 // any number of rows when the caller asks for batch invariance, run the kernel family (more rows:
-// one CTA row-chunk of 64 per blockIdx.z, the weight read once per chunk); above that, and for K
+// one CTA row-chunk of 64 per blockIdx.z, the weight read once per chunk; small grids split fewer
+// rows into chunks too: linear_column_tiles); above that, and for K
 // not a multiple of 128, the weight is dequantized and multiplied by cuBLAS (dequantize + F.linear):
 // past 64 rows the family reads the weight once per 64 rows while cuBLAS reads it once.
 #include <ATen/ATen.h>
@@ -55,11 +56,31 @@ int linear_splits(int64_t n, int64_t steps) {
 // Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them.
 int column_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8; }
 
-// column_tiles(rows) as a compile-time constant for fn (8 tiles past kLinearMaxTokens, with the
-// rest in further row chunks).
+// Column tiles per CTA for M rows of x: column_tiles(M) (8 past kLinearMaxTokens, the rest in
+// further row chunks), except that small grids split 33-64 rows into two row chunks of 4 tiles
+// (gridDim.z), each with x resident where it fits. Each chunk reads the weight (the second read
+// mostly from L2: the chunks' CTAs run together) and decodes it, but the grid has twice the warps,
+// and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B operands and, for
+// MXFP4, on scaling every block's sums in fp32. Where it pays (docs/performance.md, "Linear:
+// dispatch and bounds"): MXFP4 where the one-chunk grid has under kFewWarpsPerSmMxfp4 warps of 16
+// weight rows per SM; NVFP4 under kFewWarpsPerSm, with K ranges of at least kLongRangeSteps steps
+// (shorter ranges pay the second chunk's staging and ring fill for little work). The summation
+// order does not depend on the rows, so neither does any row's result.
+int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, bool nvfp4) {
+  constexpr int64_t kFewWarpsPerSm = 6, kFewWarpsPerSmMxfp4 = 8;
+  constexpr int kLongRangeSteps = 8;
+  const int tiles = column_tiles(m);
+  if (tiles != 8 || m > kLinearMaxTokens) return tiles;
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t warps = (n + kLinearTileRows - 1) / kLinearTileRows * splits;
+  const bool chunks = nvfp4 ? warps < kFewWarpsPerSm * sms && range_steps >= kLongRangeSteps : warps < kFewWarpsPerSmMxfp4 * sms;
+  return chunks ? 4 : 8;
+}
+
+// `tiles` column tiles as a compile-time constant for fn.
 template <typename Fn>
-void with_column_tiles(int64_t rows, Fn&& fn) {
-  switch (column_tiles(rows)) {
+void with_column_tiles(int tiles, Fn&& fn) {
+  switch (tiles) {
     case 1: return fn(std::integral_constant<int, 1>{});
     case 2: return fn(std::integral_constant<int, 2>{});
     case 4: return fn(std::integral_constant<int, 4>{});
@@ -67,15 +88,16 @@ void with_column_tiles(int64_t rows, Fn&& fn) {
   }
 }
 
-// Resident x (LinearLayout::kXResident) where dense x has at most 32 rows and their K range (with
-// the zeroed row that the column tiles' rows past M read) fits kResidentXBytes of shared memory:
+// Resident x (LinearLayout::kXResident) where a CTA's row chunk of dense x has at most 32 rows and
+// their K range (with the zeroed row that the column tiles' rows past M read) fits kResidentXBytes:
 // next to a ring of 36 KB for 8 warps, two CTAs still fit an SM (228 KB, 1 KB of it reserved per
 // CTA). Both kernels add the same products in the same order, so the choice, made from M, does not
 // change any row's result.
 constexpr size_t kResidentXBytes = 76 * 1024;
 bool resident_x(const LinearArgs& args) {
-  const int64_t rows = args.m + (args.m < 8 * column_tiles(args.m) ? 1 : 0);
-  return args.m <= 32 && static_cast<size_t>(rows) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+  const int64_t chunk_rows = 8 * args.column_tiles, live = std::min(args.m, chunk_rows);
+  const int64_t rows = live + (live < chunk_rows ? 1 : 0);
+  return chunk_rows <= 32 && static_cast<size_t>(rows) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
 }
 
 // Steps of each warp's range prefetched to L2 before the grid dependency wait: the whole grid's
@@ -87,24 +109,24 @@ int linear_prefetch_steps(int64_t n, int splits) {
 }
 
 // Whether dense x must arrive in the decoders' pairing (linear_permute_x_kernel): staged per step,
-// past one column tile (LinearLayout::kXPermuted); resident, past one column tile unless it is at
-// most two and the CTA's K range at most kPairInPlaceSteps steps. There each CTA pairs its rows in
+// past one column tile per CTA (LinearLayout::kXPermuted); resident, past one column tile unless it
+// is at most two and the CTA's K range at most kPairInPlaceSteps steps. There each CTA pairs its rows in
 // place (at most 16 x 8 x 16 chunks), quicker than the launch; with longer ranges the pairing
 // delays every CTA's main loop by more than the launch costs. Resident x that does not arrive
 // paired (LinearArgs::x_paired) is paired in place.
 constexpr int kPairInPlaceSteps = 8;
 bool x_must_arrive_paired(const LinearArgs& args, bool resident) {
-  if (resident && args.m <= 16 && args.range_steps <= kPairInPlaceSteps) return false;
-  return args.m > 8;
+  if (resident && args.column_tiles <= 2 && args.range_steps <= kPairInPlaceSteps) return false;
+  return args.column_tiles > 1;
 }
 
-template <class Format, typename XT, int kNt, bool kResident, bool kFixup>
+template <class Format, typename XT, int kNt, bool kResident, bool kFixup, bool kRowChunks = false>
 void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident>;
-  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup>;
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
+  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup, kRowChunks>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks, kNt == 1);
-  if constexpr (kResident) args.live_tokens = static_cast<int>(args.m);
+  if constexpr (kResident) args.live_tokens = static_cast<int>(std::min<int64_t>(args.m, Layout::kTokens));  // the most a CTA stages
   size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
   if constexpr (kFixup) smem = std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps));
   allow_dynamic_smem(kernel, smem, device);
@@ -134,9 +156,13 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
       args.x_paired = true;
     }
   }
-  with_column_tiles(args.m, [&](auto tiles_tag) {
+  with_column_tiles(args.column_tiles, [&](auto tiles_tag) {
     constexpr int kNt = decltype(tiles_tag)::value;
     if constexpr (!std::is_same_v<XT, uint8_t> && kNt <= 4) {
+      // Resident x in several row chunks only ever has 4 tiles (linear_column_tiles).
+      if constexpr (kNt == 4) {
+        if (resident && args.m > 8 * kNt) return launch_linear_kernel<Format, XT, kNt, true, kFixup, true>(args, stream, device);
+      }
       if (resident) return launch_linear_kernel<Format, XT, kNt, true, kFixup>(args, stream, device);
     }
     launch_linear_kernel<Format, XT, kNt, false, kFixup>(args, stream, device);
@@ -179,7 +205,7 @@ void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptio
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
   constexpr bool kFp4X = std::is_same_v<XT, uint8_t>, kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  const bool pairing = args.m > 8 || resident_x(args);
+  const bool pairing = args.column_tiles > 1 || resident_x(args);
   if constexpr (kFp4X && kNvfp4) {
     const int64_t chunks = args.m * args.k / 8;
     const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
@@ -283,6 +309,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int device = x.get_device();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
+  args.column_tiles = linear_column_tiles(m, n, splits, args.range_steps, nvfp4);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;
     if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, x.options(), stream, device);

@@ -71,13 +71,14 @@ struct LinearArgs {
   LinearOut out_type;
   int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
   int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
-  int live_tokens;          // resident x: rows of x staged (M)
+  int live_tokens;          // resident x in one row chunk: rows of x staged (M)
   // MXFP4 x decoded once per call (linear_decode_mxfp4_x_kernel, x above): the decode's flags, one
   // per decode CTA, and the FP4 x that a kernel with kFixup computes from where one is set.
   const int* fixup_flags;
   int fixup_flag_count;
   const void* fp4_x;
   const uint8_t* fp4_x_scales;
+  int column_tiles;  // host: the kernels' column tiles per CTA (kNt; linear_column_tiles)
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -128,7 +129,7 @@ struct LinearScaling<__nv_bfloat16> {
 // XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [W scales: warp][16
 // rows][blocks of the step], [x: token][one step] (dense: 256 bytes, units swizzled by the
 // token's parity; FP4: 64 bytes of codes padded to 80), [FP4 x scales: token][blocks of the step].
-template <class FormatT, typename XT, int kNt, bool kResident = false>
+template <class FormatT, typename XT, int kNt, bool kResident = false, bool kRowChunks = false>
 struct LinearLayout {
   using Format = FormatT;
   using XType = XT;
@@ -145,6 +146,9 @@ struct LinearLayout {
   // the steps need no CTA barrier (linear_copy_resident_x).
   static constexpr bool kXResident = kResident;
   static_assert(!kResident || (!kFp4X && kNt <= 4), "resident x: dense x, at most 4 column tiles");
+  // Resident x in more than one row chunk (gridDim.z > 1): each CTA stages its chunk's rows.
+  static constexpr bool kResidentRowChunks = kRowChunks;
+  static_assert(!kRowChunks || kResident, "row chunks of resident x");
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
   static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
@@ -417,18 +421,26 @@ __device__ __forceinline__ Regs4 dense_b(uint4 v) {
   return {{v.x, v.y, v.z, v.w}};
 }
 
-// Resident x: the CTA's K range of rows 0 .. live_tokens - 1 of x (M <= kTokens: one row chunk),
-// in the decoders' pairing, in shared memory at `x_res`: row `token` at token * range_steps * 256
+// Resident x: the CTA's K range of its rows of x (token0 .. token0 + resident_live_tokens - 1), in
+// the decoders' pairing, in shared memory at `x_res`: row `token` at token * range_steps * 256
 // bytes, each step's 16 chunks at x_chunk_offset. Staged in two passes over the same chunks of
 // each thread: linear_copy_resident_x (cp.async, one commit group, in flight with the ring's first
 // steps), then, once this thread's copies have landed, linear_pair_resident_x in place where x did
 // not arrive paired; a CTA barrier then publishes the whole.
+template <class Layout>
+__device__ __forceinline__ int resident_live_tokens(const LinearArgs& args, const LinearThread& th) {
+  if constexpr (Layout::kResidentRowChunks) {
+    return static_cast<int>(args.m - th.token0 < Layout::kTokens ? args.m - th.token0 : Layout::kTokens);
+  } else {
+    return args.live_tokens;
+  }
+}
 template <class Layout, class Fn>
 __device__ __forceinline__ void for_resident_x_chunks(const LinearArgs& args, const LinearThread& th, int64_t count, Fn&& fn) {
   const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
   const int chunks = static_cast<int>(count) * 16;  // 16 chunks of 8 elements a step
   const uint32_t stride = static_cast<uint32_t>(args.range_steps) * 256;
-  for (int token = 0; token < args.live_tokens; ++token) {
+  for (int token = 0; token < resident_live_tokens<Layout>(args, th); ++token) {
     for (int q = tid; q < chunks; q += threads) fn(token, q, (q >> 4) * 256 + x_chunk_offset(token, q & 15, stride));
   }
 }
@@ -436,7 +448,8 @@ template <class Layout>
 __device__ __forceinline__ void linear_copy_resident_x(const LinearArgs& args, const LinearThread& th, uint32_t x_res, int64_t count) {
   using XT = typename Layout::XType;
   for_resident_x_chunks<Layout>(args, th, count, [&](int token, int q, uint32_t offset) {
-    cp_async_16_streaming(x_res + offset, static_cast<const XT*>(args.x) + token * args.k + th.step_begin * kLinearStepElems + q * 8);
+    const int64_t row = Layout::kResidentRowChunks ? th.token0 + token : token;
+    cp_async_16_streaming(x_res + offset, static_cast<const XT*>(args.x) + row * args.k + th.step_begin * kLinearStepElems + q * 8);
   });
   cp_async_commit();
 }
@@ -622,8 +635,9 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
   // Lanes whose row of x is past M read the zeroed row after the live ones instead.
   const uint32_t x_stride = static_cast<uint32_t>(args.range_steps) * 256;
   if constexpr (Layout::kXResident) {
-    const int zero_chunks = args.live_tokens < Layout::kTokens ? args.range_steps * 16 : 0;
-    uint4* x_zeros = reinterpret_cast<uint4*>(smem + x_res_offset + static_cast<size_t>(args.live_tokens) * x_stride);
+    const int zero_chunks = resident_live_tokens<Layout>(args, th) < Layout::kTokens ? args.range_steps * 16 : 0;
+    uint4* x_zeros =
+        reinterpret_cast<uint4*>(smem + x_res_offset + static_cast<size_t>(resident_live_tokens<Layout>(args, th)) * x_stride);
     for (int b = threadIdx.x; b < zero_chunks; b += blockDim.x) x_zeros[b] = make_uint4(0, 0, 0, 0);
     cp_async_wait<kLinearStages - 1>();  // this thread's x copies (the group before the ring's)
     linear_pair_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
@@ -637,7 +651,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     const int token = 8 * j + th.g;
-    const uint32_t row = !Layout::kXResident ? token * 256u : (token < args.live_tokens ? token : args.live_tokens) * x_stride;
+    const uint32_t row = !Layout::kXResident ? token * 256u : (token < resident_live_tokens<Layout>(args, th) ? token : resident_live_tokens<Layout>(args, th)) * x_stride;
     const uint32_t parity = (th.g & 1) * 64u;
     x_lane[j][0] = row + 16 * th.t + parity, x_lane[j][1] = row + 16 * th.t - parity;
   }
@@ -701,9 +715,9 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 // kernel would (LinearArgs::fp4_x): the same bits where both are exact (fma_by_e8m0_pair), so a
 // row's result does not depend on the other rows of the call. One uniform branch per CTA, after
 // the wait that makes the decode's flags visible.
-template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false>
+template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false, bool kRowChunks = false>
 __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident, kFixup>)) linear_mma_kernel(LinearArgs args) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident>;
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
   static_assert(!kFixup || (std::is_same_v<Format, Mxfp4Format> && std::is_same_v<XT, __nv_bfloat16>),
                 "kFixup: MXFP4 x decoded to bf16");
   extern __shared__ __align__(128) uint8_t smem[];
