@@ -362,12 +362,13 @@ def test_computed_global_scale(device, op):
 
 
 # Rows on either side of the CUDA launcher's one-launch limits for NVFP4 with its own g (producers.cu:
-# one cooperative grid up to kRmsOneLaunchMaxRows = 1024 RMSNorm rows where the GPU holds the grid,
-# up to kSiluOneLaunchMaxRows = 64 SiLU-mul rows; two grid-wide passes above), at model widths.
-# 600 rows of 4096 are more CTAs than an H100 holds at one per SM (the RMSNorm instance built for
-# two); 300 and 600 rows of 16384 more than it holds at all (the two passes below the limit).
+# one cooperative grid up to kRmsOneLaunchMaxRows = kSiluOneLaunchMaxRows = 1024 rows where the GPU
+# holds the grid; two grid-wide passes above), at model widths. On an H100: 600 RMSNorm rows of
+# 4096 are more CTAs than it holds at one per SM (the instance built for two); 300 and 600 rows of
+# 16384 more than it holds at all (the two passes below the limit). SiLU-mul: 300 rows of 14336 and
+# 700 of 4096 take the instance with two output blocks a thread, 700 of 14336 the two passes.
 RMS_ONE_LAUNCH_ROWS = [1, 5, 64, 65, 300, 600, 1025]
-SILU_ONE_LAUNCH_ROWS = [1, 5, 32, 64, 65]
+SILU_ONE_LAUNCH_ROWS = [1, 5, 64, 65, 300, 700, 1025]
 
 
 @requires_cuda
@@ -429,7 +430,8 @@ OWN_SCALE_LAUNCHES = [
     ("rms_norm_quantize", 64, 4096, 1), ("rms_norm_quantize", 8, 16384, 1), ("rms_norm_quantize", 64, 16384, 1),
     ("rms_norm_quantize", 65, 4096, 1), ("rms_norm_quantize", 300, 4096, 1), ("rms_norm_quantize", 1025, 4096, 3),
     ("silu_mul_quantize", 1, 4096, 1), ("silu_mul_quantize", 8, 4096, 1), ("silu_mul_quantize", 32, 4096, 1),
-    ("silu_mul_quantize", 8, 16384, 1), ("silu_mul_quantize", 64, 14336, 1), ("silu_mul_quantize", 65, 4096, 3),
+    ("silu_mul_quantize", 8, 16384, 1), ("silu_mul_quantize", 64, 14336, 1), ("silu_mul_quantize", 65, 4096, 1),
+    ("silu_mul_quantize", 700, 4096, 1), ("silu_mul_quantize", 1025, 4096, 3),
 ]
 
 

@@ -2,8 +2,8 @@
 // synchronizes with the host, so both ops can be captured in a CUDA graph.
 //
 // A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g needs the amax of
-// all of y before any block can be encoded. Rows that fit one cooperative grid (a decode step; for
-// RMSNorm also a prefill chunk) run in it, its CTAs holding their input in registers and exchanging
+// all of y before any block can be encoded. Rows that fit one cooperative grid (a decode step or a
+// prefill chunk) run in it, its CTAs holding their input in registers and exchanging
 // the amax through one word each and a grid barrier: one launch, one read. More rows take two
 // passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
 // the first behind zero_words_kernel as its programmatic dependent.
@@ -26,9 +26,9 @@ constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 // at once (the *_one_launch_kernel): a cooperative grid of CTAs of the two-launch grid's size (one
 // RMSNorm row group, or kSiluOneLaunchThreads output blocks), where the GPU holds every CTA at
 // once; else the zeroing and two grid-wide passes (docs/performance.md, "Fused producers").
-// RMSNorm: a decode step or a prefill chunk (two CTAs per SM at 16-bit x: 8 rows of 4096 an SM);
-// SiLU-mul: a decode step.
-constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 64;
+// Both: a decode step or a prefill chunk (16-bit x: RMSNorm two CTAs per SM, 8 rows of 4096 an
+// SM; SiLU-mul two output blocks a thread).
+constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 1024;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
 // one cooperative grid of just enough CTAs, with the exchange's words (one per CTA, on `options`'
@@ -250,9 +250,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       bool launched = false;
       with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
         using Index = decltype(scale_index);
-        launched = launch_one_grid(silu_mul_quantize_one_launch_kernel<T, Index>, args.num_blocks, kSiluOneLaunchThreads,
-                                   kSiluOneLaunchThreads, 0, x.get_device(), x.options(), stream, args,
-                                   out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+        const auto launch = [&](auto kernel, int blocks_per_thread) {
+          return launch_one_grid(kernel, args.num_blocks, int64_t{blocks_per_thread} * kSiluOneLaunchThreads,
+                                 kSiluOneLaunchThreads, 0, x.get_device(), x.options(), stream, args,
+                                 out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+        };
+        // One output block a thread where the grid fits so; else, for 16-bit x, two.
+        launched = launch(silu_mul_quantize_one_launch_kernel<T, Index, 1>, 1);
+        if constexpr (sizeof(T) == 2) {
+          if (!launched) launched = launch(silu_mul_quantize_one_launch_kernel<T, Index, 2>, 2);
+        }
       });
       if (launched) return;
     }

@@ -564,31 +564,66 @@ __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uin
 
 // NVFP4 with its own g in one launch and one read, as rms_norm_quantize_one_launch_kernel: a
 // cooperative grid of kSiluOneLaunchThreads-thread CTAs whose threads hold every output block at
-// once (one each), y in registers.
+// once. With one block a thread (kBlocksPerThread = 1) each thread keeps its y across the exchange.
+// With two (16-bit x: blocks u and u + the grid's threads, so that each load stays coalesced) it
+// keeps their inputs, 16 registers, and computes y again after the exchange (the same operations:
+// the same y), so that at most 64 registers a thread (four CTAs per SM) hold twice the blocks.
 constexpr int kSiluOneLaunchThreads = 256;
 
-template <typename T, class ScaleIndex>
-__global__ void __launch_bounds__(kSiluOneLaunchThreads, 1) silu_mul_quantize_one_launch_kernel(
+template <typename T, class ScaleIndex, int kBlocksPerThread>
+__global__ void __launch_bounds__(kSiluOneLaunchThreads, kBlocksPerThread == 1 ? 1 : 4) silu_mul_quantize_one_launch_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   constexpr int kBlock = kNvfp4Block;
+  static_assert(kBlocksPerThread == 1 || (kBlocksPerThread == 2 && sizeof(T) == 2), "two blocks a thread: 16-bit x");
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
   __shared__ AmaxExchangeScratch amax_scratch;
-  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool live = u < args.num_blocks;
-  float y[kBlock];
   AmaxReducer reducer{nullptr};
-  if (live) {
-    silu_mul_block<kBlock>(args, u, y);
-    reducer.put(AmaxTarget{nullptr}, 0, y);
-  }
-  const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
-  __syncthreads();  // the format's table
-  if (live) {
+  if constexpr (kBlocksPerThread == 1) {
+    const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool live = u < args.num_blocks;
+    float y[kBlock];
+    if (live) {
+      silu_mul_block<kBlock>(args, u, y);
+      reducer.put(AmaxTarget{nullptr}, 0, y);
+    }
+    const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
+    __syncthreads();  // the format's table
+    if (live) {
+      const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
+      sink.put(format, u, y);
+      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
+    }
+  } else {
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    SiluMulInputs<kBlock, T> in[kBlocksPerThread];
+#pragma unroll
+    for (int b = 0; b < kBlocksPerThread; ++b) {
+      if (first + b * stride < args.num_blocks) in[b] = load_silu_mul_inputs<kBlock>(args, first + b * stride);
+    }
+#pragma unroll
+    for (int b = 0; b < kBlocksPerThread; ++b) {
+      if (first + b * stride < args.num_blocks) {
+        float y[kBlock];
+        silu_mul_of(in[b], y);
+        reducer.put(AmaxTarget{nullptr}, 0, y);
+      }
+    }
+    const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
+    __syncthreads();  // the format's table
     const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
-    sink.put(format, u, y);
-    if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
+#pragma unroll
+    for (int b = 0; b < kBlocksPerThread; ++b) {
+      const int64_t u = first + b * stride;
+      if (u < args.num_blocks) {
+        float y[kBlock];
+        silu_mul_of(in[b], y);
+        sink.put(format, u, y);
+        if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + u * kBlock, y);
+      }
+    }
   }
 }
 
