@@ -651,7 +651,10 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
     const int token = 8 * j + th.g;
-    const uint32_t row = !Layout::kXResident ? token * 256u : (token < resident_live_tokens<Layout>(args, th) ? token : resident_live_tokens<Layout>(args, th)) * x_stride;
+    const uint32_t row = !Layout::kXResident ? token * 256u
+                                             : (token < resident_live_tokens<Layout>(args, th) ? token
+                                                                                              : resident_live_tokens<Layout>(args, th)) *
+                                                   x_stride;
     const uint32_t parity = (th.g & 1) * 64u;
     x_lane[j][0] = row + 16 * th.t + parity, x_lane[j][1] = row + 16 * th.t - parity;
   }
