@@ -94,8 +94,8 @@ void with_column_tiles(int tiles, Fn&& fn) {
 // CTA). Both kernels add the same products in the same order, so the choice, made from M, does not
 // change any row's result.
 constexpr size_t kResidentXBytes = 76 * 1024;
-bool resident_x(const LinearArgs& args) {
-  const int64_t chunk_rows = 8 * args.column_tiles, live = std::min(args.m, chunk_rows);
+bool resident_x(const LinearArgs& args, int column_tiles) {
+  const int64_t chunk_rows = 8 * column_tiles, live = std::min(args.m, chunk_rows);
   const int64_t rows = live + (live < chunk_rows ? 1 : 0);
   return chunk_rows <= 32 && static_cast<size_t>(rows) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
 }
@@ -115,9 +115,9 @@ int linear_prefetch_steps(int64_t n, int splits) {
 // delays every CTA's main loop by more than the launch costs. Resident x that does not arrive
 // paired (LinearArgs::x_paired) is paired in place.
 constexpr int kPairInPlaceSteps = 8;
-bool x_must_arrive_paired(const LinearArgs& args, bool resident) {
-  if (resident && args.column_tiles <= 2 && args.range_steps <= kPairInPlaceSteps) return false;
-  return args.column_tiles > 1;
+bool x_must_arrive_paired(const LinearArgs& args, int column_tiles, bool resident) {
+  if (resident && column_tiles <= 2 && args.range_steps <= kPairInPlaceSteps) return false;
+  return column_tiles > 1;
 }
 
 template <class Format, typename XT, int kNt, bool kResident, bool kFixup, bool kRowChunks = false>
@@ -142,12 +142,12 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 // (linear_reduce_kernel) waits for the linear kernel, and the next layer's kernel prefetches its
 // own weight meanwhile.
 template <class Format, typename XT, bool kFixup = false>
-void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
+void launch_mma_kernels(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor paired;
   bool resident = false;
   if constexpr (!std::is_same_v<XT, uint8_t>) {
-    resident = resident_x(args);
-    if (!args.x_paired && x_must_arrive_paired(args, resident)) {
+    resident = resident_x(args, column_tiles);
+    if (!args.x_paired && x_must_arrive_paired(args, column_tiles, resident)) {
       paired = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
       const int64_t chunks = args.m * args.k / 8;
       launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
@@ -156,7 +156,7 @@ void launch_mma_kernels(LinearArgs args, const at::TensorOptions& options, cudaS
       args.x_paired = true;
     }
   }
-  with_column_tiles(args.column_tiles, [&](auto tiles_tag) {
+  with_column_tiles(column_tiles, [&](auto tiles_tag) {
     constexpr int kNt = decltype(tiles_tag)::value;
     if constexpr (!std::is_same_v<XT, uint8_t> && kNt <= 4) {
       // Resident x in several row chunks only ever has 4 tiles (linear_column_tiles).
@@ -181,7 +181,8 @@ LinearArgs with_decoded_x(LinearArgs args, const at::Tensor& decoded, bool paire
 // MXFP4 x decoded once per call into bf16 values (linear_decode_mxfp4_x_kernel), exact for block
 // scales 2^-124 .. 2^116, for the dense bf16 kernels, whose CTAs compute from the FP4 x instead
 // where the decode flagged a block outside that window (kFixup: the same bits, fma_by_e8m0_pair).
-void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptions& options, cudaStream_t stream, int device) {
+void launch_decoded_mxfp4_x(LinearArgs args, int column_tiles, bool pairing, const at::TensorOptions& options, cudaStream_t stream,
+                            int device) {
   constexpr unsigned kMaxDecodeCtas = 1024;  // flags each linear CTA reads in one pass
   const int64_t chunks = args.m * args.k / 8;
   const unsigned decode_ctas = std::min(grid_for(chunks, 256), kMaxDecodeCtas);
@@ -194,7 +195,8 @@ void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptio
   args.fp4_x_scales = args.x_scales;
   args.fixup_flags = outside.const_data_ptr<int>();
   args.fixup_flag_count = static_cast<int>(decode_ctas);
-  launch_mma_kernels<Mxfp4Format, __nv_bfloat16, true>(with_decoded_x(args, decoded, pairing), options, stream, device);
+  launch_mma_kernels<Mxfp4Format, __nv_bfloat16, true>(with_decoded_x(args, decoded, pairing), column_tiles, options, stream,
+                                                        device);
 }
 
 // The kernels for x of type XT (uint8_t: FP4 x), then the K ranges' reduction. FP4 x is decoded
@@ -203,9 +205,9 @@ void launch_decoded_mxfp4_x(LinearArgs args, bool pairing, const at::TensorOptio
 // which pairs x as it loads it; then runs as dense x: NVFP4 as prescaled fp16
 // (linear_decode_nvfp4_x_kernel), MXFP4 as bf16 values (launch_decoded_mxfp4_x).
 template <class Format, typename XT>
-void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t stream, int device) {
+void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
   constexpr bool kFp4X = std::is_same_v<XT, uint8_t>, kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  const bool pairing = args.column_tiles > 1 || resident_x(args);
+  const bool pairing = column_tiles > 1 || resident_x(args, column_tiles);
   if constexpr (kFp4X && kNvfp4) {
     const int64_t chunks = args.m * args.k / 8;
     const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
@@ -214,11 +216,11 @@ void launch_mma(LinearArgs args, const at::TensorOptions& options, cudaStream_t 
                      static_cast<uint4*>(decoded.mutable_data_ptr()), chunks);
     LinearArgs dense = with_decoded_x(args, decoded, pairing);
     dense.x_prescaled = true;
-    launch_mma_kernels<Format, __half>(dense, options, stream, device);
+    launch_mma_kernels<Format, __half>(dense, column_tiles, options, stream, device);
   } else if constexpr (kFp4X) {
-    launch_decoded_mxfp4_x(args, pairing, options, stream, device);
+    launch_decoded_mxfp4_x(args, column_tiles, pairing, options, stream, device);
   } else {
-    launch_mma_kernels<Format, XT>(args, options, stream, device);
+    launch_mma_kernels<Format, XT>(args, column_tiles, options, stream, device);
   }
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }
@@ -309,12 +311,12 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int device = x.get_device();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  args.column_tiles = linear_column_tiles(m, n, splits, args.range_steps, nvfp4);
+  const int tiles = linear_column_tiles(m, n, splits, args.range_steps, nvfp4);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;
-    if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, x.options(), stream, device);
-    if (x.scalar_type() == at::kHalf) return launch_mma<Format, __half>(args, x.options(), stream, device);
-    return launch_mma<Format, __nv_bfloat16>(args, x.options(), stream, device);
+    if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, tiles, x.options(), stream, device);
+    if (x.scalar_type() == at::kHalf) return launch_mma<Format, __half>(args, tiles, x.options(), stream, device);
+    return launch_mma<Format, __nv_bfloat16>(args, tiles, x.options(), stream, device);
   };
   if (nvfp4) {
     with_format(TypeTag<Nvfp4Format>{});

@@ -78,7 +78,6 @@ struct LinearArgs {
   int fixup_flag_count;
   const void* fp4_x;
   const uint8_t* fp4_x_scales;
-  int column_tiles;  // host: the kernels' column tiles per CTA (kNt; linear_column_tiles)
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
