@@ -11,8 +11,8 @@
 // Every SM holds 2 CTAs of 2 warpgroups (RS2, with twice the fragment registers, may fit only one:
 // the table says); A changes every step (one XOR per fragment register, in every mode), as a
 // decode hands over fresh fragments. Reported: SM cycles per warpgroup step (a warp's clock64 over
-// its loop / steps / warpgroups resident per SM). At copy rate an SM has about
-// 356 cycles (H100) per warpgroup step of FP4 weight (4 KB) for everything: decode, MMAs, copies.
+// its loop / steps / warpgroups resident per SM), to hold against the cycles an SM may spend on a
+// warpgroup step (4 KB of FP4 weight) at copy rate: decode, MMAs and copies together.
 // Build and run on an sm_90 GPU, from benchmarks/probes/:
 //   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a mma_rate_probe.cu -o mma_rate && ./mma_rate
 #include <cuda_runtime.h>
