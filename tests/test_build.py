@@ -7,10 +7,10 @@ import pytest
 from fp4ops import _build
 
 
-def test_default_gencodes_include_arch_specific_blackwell():
+def test_default_gencodes_are_arch_specific():
     flags = _build.gencode_flags(list(_build.DEFAULT_CUDA_ARCHS))
     assert flags == [
-        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90a,code=sm_90a",
         "-gencode=arch=compute_100a,code=sm_100a",
         "-gencode=arch=compute_120a,code=sm_120a",
     ]
@@ -19,12 +19,13 @@ def test_default_gencodes_include_arch_specific_blackwell():
 @pytest.mark.parametrize(
     "spec, archs",
     [
-        ("9.0", ["9.0"]),
-        ("9.0;10.0;12.0", ["9.0", "10.0a", "12.0a"]),
-        ("9.0 12.0+PTX", ["9.0", "12.0a+PTX"]),
+        ("9.0", ["9.0a"]),
+        ("9.0a", ["9.0a"]),
+        ("9.0;10.0;12.0", ["9.0a", "10.0a", "12.0a"]),
+        ("9.0 12.0+PTX", ["9.0a", "12.0a+PTX"]),
         ("8.0+PTX", ["8.0+PTX"]),
         ("8.6", ["8.6"]),
-        ("10.0f,9.0,9.0", ["10.0f", "9.0"]),
+        ("10.0f,9.0,9.0", ["10.0f", "9.0a"]),
         ("8.9", ["8.9"]),
         ("8.0", ["8.0"]),
     ],
@@ -47,11 +48,18 @@ def test_parse_cuda_archs_refuses_what_the_capability_table_excludes(spec):
 
 
 def test_ptx_entries_embed_the_ptx_too():
-    assert _build.gencode_flags(["8.0+PTX", "9.0"]) == [
+    assert _build.gencode_flags(["8.0+PTX", "9.0a"]) == [
         "-gencode=arch=compute_80,code=sm_80",
         "-gencode=arch=compute_80,code=compute_80",
-        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90a,code=sm_90a",
     ]
+
+
+@pytest.mark.parametrize("archs, defined", [(["9.0a"], True), (["8.0+PTX", "9.0a+PTX"], True), (["8.0+PTX"], False),
+                                            (["10.0a", "12.0a"], False)])
+def test_host_code_knows_whether_an_sm90a_pass_exists(archs, defined):
+    """The linear launcher picks its warpgroup-MMA kernels only where their instructions were built."""
+    assert ("-DFP4OPS_BUILD_HAS_SM90A" in _build.nvcc_flags(archs)) == defined
 
 
 def test_min_cuda_arch_is_the_headers():
@@ -66,7 +74,7 @@ def test_environment_overrides(monkeypatch):
     monkeypatch.delenv("FP4OPS_CUDA_ARCHS", raising=False)
     assert _build.cuda_archs() == ["12.0a"]
     monkeypatch.setenv("FP4OPS_CUDA_ARCHS", "9.0")
-    assert _build.cuda_archs() == ["9.0"]
+    assert _build.cuda_archs() == ["9.0a"]
 
 
 def test_host_flags_keep_fp32_rounding_exact():

@@ -104,8 +104,8 @@ def test_blackwell_kernels_use_hardware_e2m1(arch):
 
 
 def test_hopper_kernels_have_no_fp64_and_no_empty_body():
-    require_arch("sm_90")
-    functions = sass_by_function("sm_90")
+    require_arch("sm_90a")
+    functions = sass_by_function("sm_90a")
     assert any("cast_to_e2m1" in n for n in functions)
     for name, sass in functions.items():
         assert not re.search(r"\b(DADD|DMUL|DFMA)\b", sass), f"{name}: double-precision emulation"
@@ -114,6 +114,20 @@ def test_hopper_kernels_have_no_fp64_and_no_empty_body():
 
 
 def test_every_cubin_kernel_stores():
+    """Except the warpgroup-MMA kernels outside sm_90a: their bodies trap there, and the launchers
+    never pick them (csrc/common/arch.h)."""
     for arch in cubin_archs():
         for name, sass in sass_by_function(arch).items():
+            if arch != "sm_90a" and named(name, "linear_wgmma_kernel"):
+                assert "BPT.TRAP" in sass, f"{arch} {name}: a warpgroup-MMA kernel that does not trap"
+                continue
             assert writes_memory(sass), f"{arch} {name}: stores nothing (an empty kernel?)"
+
+
+def test_hopper_linear_kernels_use_the_warpgroup_mma():
+    require_arch("sm_90a")
+    kernels = {n: s for n, s in sass_by_function("sm_90a").items() if named(n, "linear_wgmma_kernel")}
+    assert kernels
+    for name, sass in kernels.items():
+        assert re.search(r"\bHGMMA\.64x(16|32|64)x16\.F32", sass), f"{name}: no HGMMA"
+        assert writes_memory(sass), f"{name}: stores nothing"

@@ -11,11 +11,14 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
 #include "linear_mma.cuh"
+#include "linear_wgmma.cuh"
 
 namespace fp4ops::cuda {
 
@@ -86,6 +89,25 @@ void with_column_tiles(int tiles, Fn&& fn) {
     case 4: return fn(std::integral_constant<int, 4>{});
     default: return fn(std::integral_constant<int, 8>{});
   }
+}
+
+// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve `column_tiles` tiles of NVFP4 weights:
+// on compute capability 9.0, from a build with an sm_90a pass (csrc/common/arch.h). They add the same
+// products in the same order as the mma.sync kernels, so the choice changes no bits.
+// TEMPORARY: FP4OPS_LINEAR_WGMMA lists the column tile counts that take them (measurement switch).
+bool linear_wgmma(int column_tiles, int device) {
+#if defined(FP4OPS_BUILD_HAS_SM90A)
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
+  if (prop->major != 9 || prop->minor != 0 || column_tiles < 2) return false;
+  static const std::string tiles = [] {
+    const char* env = std::getenv("FP4OPS_LINEAR_WGMMA");
+    return std::string(env != nullptr ? env : "4,8");
+  }();
+  return tiles.find(std::to_string(column_tiles)) != std::string::npos;
+#else
+  (void)column_tiles, (void)device;
+  return false;
+#endif
 }
 
 // Resident x (LinearLayout::kXResident) where a CTA's row chunk of dense x has at most 32 rows and
@@ -169,6 +191,50 @@ void launch_mma_kernels(LinearArgs args, int column_tiles, const at::TensorOptio
   });
 }
 
+template <typename XT, int kNt, bool kResident>
+void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device) {
+  using Layout = LinearWgmmaLayout<XT, kNt, kResident>;
+  const auto kernel = linear_wgmma_kernel<XT, kNt, kResident>;
+  const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
+  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks, false);
+  const size_t smem = Layout::smem_bytes(warps, args.range_steps);
+  allow_dynamic_smem(kernel, smem, device);
+  const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
+  launch_dependent(kernel, grid, warps * 32, smem, stream, args);
+}
+
+// The warpgroup-MMA kernels for NVFP4 weights and x of type XT (uint8_t: NVFP4 x): x into their x
+// image (NVFP4 x decoded into prescaled fp16 on the way), then the kernel, with x resident where a
+// CTA's rows and K range fit kResidentXBytes (as for the mma.sync kernels: the bits do not depend on it).
+template <typename XT>
+void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
+  using DenseT = std::conditional_t<std::is_same_v<XT, uint8_t>, __half, XT>;
+  const int tokens = 8 * column_tiles;
+  const int64_t rows = (args.m + tokens - 1) / tokens * tokens;
+  const at::Tensor x_image = at::empty({rows, args.k}, options.dtype(std::is_same_v<DenseT, __half> ? at::kHalf : at::kBFloat16));
+  const WgmmaXImage image{static_cast<uint8_t*>(x_image.mutable_data_ptr()), args.m, args.steps, tokens};
+  if constexpr (std::is_same_v<XT, uint8_t>) {
+    launch_dependent(linear_decode_nvfp4_x_image_kernel, grid_for(rows * args.k / 8, 256), 256, stream,
+                     static_cast<const uint32_t*>(args.x), args.x_scales, image);
+    args.x_prescaled = true;
+    args.x_scales = nullptr;
+  } else {
+    launch_dependent(linear_wgmma_x_image_kernel<XT>, grid_for(rows * args.k / 32, 256), 256, stream,
+                     static_cast<const uint4*>(args.x), image);
+  }
+  args.x = x_image.const_data_ptr();
+  const bool resident = tokens <= 32 && static_cast<size_t>(tokens) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+  with_column_tiles(column_tiles, [&](auto tiles_tag) {
+    constexpr int kNt = decltype(tiles_tag)::value;
+    if constexpr (kNt >= 2) {
+      if constexpr (kNt <= 4) {
+        if (resident) return launch_wgmma_kernel<DenseT, kNt, true>(args, stream, device);
+      }
+      launch_wgmma_kernel<DenseT, kNt, false>(args, stream, device);
+    }
+  });
+}
+
 // `args` with the dense x `decoded` ([M, K], in the decoders' pairing where `paired`) in place of
 // the FP4 x it was decoded from.
 LinearArgs with_decoded_x(LinearArgs args, const at::Tensor& decoded, bool paired) {
@@ -199,13 +265,13 @@ void launch_decoded_mxfp4_x(LinearArgs args, int column_tiles, bool pairing, con
                                                         device);
 }
 
-// The kernels for x of type XT (uint8_t: FP4 x), then the K ranges' reduction. FP4 x is decoded
+// The mma.sync kernels for x of type XT (uint8_t: FP4 x). FP4 x is decoded
 // once into the B values the kernels would otherwise build from it in every warp, in the pairing
 // (free there, and no resident kernel pairs it again) except for one column tile staged per step,
 // which pairs x as it loads it; then runs as dense x: NVFP4 as prescaled fp16
 // (linear_decode_nvfp4_x_kernel), MXFP4 as bf16 values (launch_decoded_mxfp4_x).
 template <class Format, typename XT>
-void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
+void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
   constexpr bool kFp4X = std::is_same_v<XT, uint8_t>, kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
   const bool pairing = column_tiles > 1 || resident_x(args, column_tiles);
   if constexpr (kFp4X && kNvfp4) {
@@ -221,6 +287,21 @@ void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& opti
     launch_decoded_mxfp4_x(args, column_tiles, pairing, options, stream, device);
   } else {
     launch_mma_kernels<Format, XT>(args, column_tiles, options, stream, device);
+  }
+}
+
+// The kernel family for x of type XT (uint8_t: FP4 x): on the warpgroup MMA where linear_wgmma
+// says so, else on mma.sync; then the K ranges' reduction.
+template <class Format, typename XT>
+void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
+  if constexpr (std::is_same_v<Format, Nvfp4Format>) {
+    if (linear_wgmma(column_tiles, device)) {
+      launch_wgmma<XT>(args, column_tiles, options, stream, device);
+    } else {
+      launch_mma_sync<Format, XT>(args, column_tiles, options, stream, device);
+    }
+  } else {
+    launch_mma_sync<Format, XT>(args, column_tiles, options, stream, device);
   }
   if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
 }

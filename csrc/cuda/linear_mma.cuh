@@ -351,10 +351,21 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
 // NVFP4 x (W4A4), decoded once per call instead of once per warp that uses it: each 8 elements (32
 // bits of codes) as the fp16 decoder's four registers, each times the factor of its block's scale
 // (LinearScaling<__half>, as W is prescaled: exact, carrying 2^kExponent, which the kernel undoes
-// with W's: LinearArgs::x_prescaled). kPaired: 16 bytes in the pairing in which
-// linear_permute_x_kernel leaves dense x; else in the natural order, which the one-tile kernel
-// staged per step pairs as it loads. The dense fp16 kernels then take it. `codes`: [M, K/2] bytes
-// as words; `scales`: [M, K/16] E4M3 codes (linear); both rows of whole steps.
+// with W's: LinearArgs::x_prescaled). Chunk i of `codes` ([M, K/2] bytes as words), with `scales`
+// ([M, K/16] E4M3 codes, linear).
+__device__ __forceinline__ Regs4 prescaled_nvfp4_x_chunk(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                                                         int64_t i) {
+  using Scaling = LinearScaling<__half>;
+  Regs4 v = Scaling::decode(codes[i]);
+  const uint32_t factor = Scaling::factor(e4m3x2_to_float2(scales[i / 2]).x);  // 16-element blocks: two chunks each
+#pragma unroll
+  for (int r = 0; r < 4; ++r) v.reg[r] = Scaling::mul(v.reg[r], factor);
+  return v;
+}
+
+// NVFP4 x decoded once per call (prescaled_nvfp4_x_chunk) for the dense fp16 kernels. kPaired: 16
+// bytes in the pairing in which linear_permute_x_kernel leaves dense x; else in the natural order,
+// which the one-tile kernel staged per step pairs as it loads. Rows of whole steps.
 template <bool kPaired>
 __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32_t* __restrict__ codes,
                                                                    const uint8_t* __restrict__ scales,
@@ -365,10 +376,7 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Regs4 v = Scaling::decode(codes[i]);
-    const uint32_t factor = Scaling::factor(e4m3x2_to_float2(scales[i / 2]).x);  // 16-element blocks: two chunks each
-#pragma unroll
-    for (int r = 0; r < 4; ++r) v.reg[r] = Scaling::mul(v.reg[r], factor);
+    Regs4 v = prescaled_nvfp4_x_chunk(codes, scales, i);
     if constexpr (!kPaired) v = natural_order(Scaling::kPairing, v);
     out[i] = make_uint4(v.reg[0], v.reg[1], v.reg[2], v.reg[3]);
   }
@@ -480,6 +488,20 @@ __device__ __forceinline__ float fma_by_e8m0_pair(float d, uint32_t ea, uint32_t
   return __fmaf_rn(mul_rn(d, f.first), second, acc);
 }
 
+// NVFP4, one step of a warp's weight: per unit u and row half h (rows g, g + 8), the factor (block
+// scale x 2^kFactorExponent, LinearScaling) of the lane's block, from the step's scales at w_scales.
+template <class Scaling>
+__device__ __forceinline__ void nvfp4_lane_factors(const LinearThread& th, uint32_t w_scales, uint32_t nvfp4_selector,
+                                                   uint32_t (&factors)[4][2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t codes = lane_block_codes(lds_64(w_scales + (th.g + 8 * h) * 8), nvfp4_selector);
+    const float2 s01 = e4m3x2_to_float2(codes & 0xFFFFu), s23 = e4m3x2_to_float2(codes >> 16);
+    factors[0][h] = Scaling::factor(s01.x), factors[1][h] = Scaling::factor(s01.y);
+    factors[2][h] = Scaling::factor(s23.x), factors[3][h] = Scaling::factor(s23.y);
+  }
+}
+
 template <class Layout>
 struct LinearAccumulators {
   float v[Layout::kTokens / 8][4];
@@ -504,15 +526,8 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
 
   if constexpr (Layout::kNvfp4) {
     static_assert(!Layout::kFp4X, "NVFP4 x is decoded once per call (linear_decode_nvfp4_x_kernel)");
-    // Per row half h, unit u: the factor (block scale x 2^kFactorExponent) of the lane's block.
     uint32_t factors[4][2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t codes = lane_block_codes(lds_64(w_scales + (th.g + 8 * h) * 8), nvfp4_selector);
-      const float2 s01 = e4m3x2_to_float2(codes & 0xFFFFu), s23 = e4m3x2_to_float2(codes >> 16);
-      factors[0][h] = Scaling::factor(s01.x), factors[1][h] = Scaling::factor(s01.y);
-      factors[2][h] = Scaling::factor(s23.x), factors[3][h] = Scaling::factor(s23.y);
-    }
+    nvfp4_lane_factors<Scaling>(th, w_scales, nvfp4_selector, factors);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
@@ -599,6 +614,33 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
 template <class Format, typename XT, int kNt, bool kResident, bool kFixup>
 constexpr int kLinearMinCtas =
     kResident || (kNt == 8 && (std::is_same_v<Format, Nvfp4Format> || std::is_same_v<XT, uint8_t> || kFixup)) ? 2 : 0;
+
+// A CTA's sums out: acc.v[j][i] is weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. NVFP4
+// operands carried 2^kExponent per prescaled operand (pre-decoded NVFP4 x: args.x_prescaled);
+// undone exactly here, in one multiply. Then out (one K range) or the K range's partials.
+template <class Layout>
+__device__ __forceinline__ void linear_store_sums(const LinearArgs& args, const LinearThread& th, const LinearAccumulators<Layout>& acc) {
+  using MmaT = typename Layout::MmaT;
+  constexpr int kNt = Layout::kTokens / 8;
+  // (The exponent is the device code's: the decoder, and with it kExponent, depends on the architecture.)
+  constexpr int kCarried = Layout::kNvfp4 ? LinearScaling<MmaT>::kExponent : 0;
+  const int carried = kCarried + (Layout::kNvfp4 && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
+  const float undo = exp2_int(-carried);
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t feature = th.row0 + th.g + 8 * (i / 2), token = th.token0 + 8 * j + 2 * th.t + i % 2;
+      if (feature >= args.n || token >= args.m) continue;
+      const float sum = carried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo);
+      if (args.splits == 1) {
+        linear_store(args, token, feature, sum);
+      } else {
+        args.partials[(static_cast<int64_t>(blockIdx.y) * args.m + token) * args.n + feature] = sum;
+      }
+    }
+  }
+}
 
 // One CTA's K range, once the grid dependency wait is over: the ring, the main loop and the
 // stores of its sums (out, or the K range's partials).
@@ -689,57 +731,27 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
   }
   cp_async_wait<0>();
 
-  // acc.v[j][i]: weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. NVFP4 operands carried
-  // 2^kExponent per prescaled operand (pre-decoded NVFP4 x: args.x_prescaled); undone
-  // exactly here, in one multiply.
-  // (The exponent is the device code's: the decoder, and with it kExponent, depends on the architecture.)
-  constexpr int kCarried = Layout::kNvfp4 ? LinearScaling<MmaT>::kExponent : 0;
-  const int carried = kCarried + (Layout::kNvfp4 && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
-  const float undo = exp2_int(-carried);
-#pragma unroll
-  for (int j = 0; j < kNt; ++j) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t feature = th.row0 + th.g + 8 * (i / 2), token = th.token0 + 8 * j + 2 * th.t + i % 2;
-      if (feature >= args.n || token >= args.m) continue;
-      const float sum = carried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo);
-      if (args.splits == 1) {
-        linear_store(args, token, feature, sum);
-      } else {
-        args.partials[(static_cast<int64_t>(blockIdx.y) * args.m + token) * args.n + feature] = sum;
-      }
-    }
-  }
+  linear_store_sums<Layout>(args, th, acc);
 }
 
-// kFixup (MXFP4 x decoded once per call into the bf16 x this kernel takes): where the decode flagged
-// a nonzero block outside its exact window, the CTA computes from the FP4 x instead, as the FP4-x
-// kernel would (LinearArgs::fp4_x): the same bits where both are exact (fma_by_e8m0_pair), so a
-// row's result does not depend on the other rows of the call. One uniform branch per CTA, after
-// the wait that makes the decode's flags visible.
-template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false, bool kRowChunks = false>
-__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident, kFixup>)) linear_mma_kernel(LinearArgs args) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
-  static_assert(!kFixup || (std::is_same_v<Format, Mxfp4Format> && std::is_same_v<XT, __nv_bfloat16>),
-                "kFixup: MXFP4 x decoded to bf16");
-  extern __shared__ __align__(128) uint8_t smem[];
-
-  LinearThread th;
+// What every thread of a linear kernel does first: its place in the grid, then, launched as a
+// programmatic dependent (linear.cu), the first prefetch_steps of its warp's weight range to L2
+// while the kernel before finishes (an L2 prefetch is coherent with any write that kernel makes),
+// and the wait for it before the first copy, since it may have written x or the weight. The kernel
+// after (the K ranges' reduction, or the next layer) may launch from here on: it waits for this
+// grid to finish before it reads anything, and meanwhile prefetches its own.
+template <class Layout>
+__device__ __forceinline__ void linear_kernel_begin(const LinearArgs& args, LinearThread& th) {
+  using Format = typename Layout::Format;
   th.lane = threadIdx.x % 32, th.warp = threadIdx.x / 32, th.warps = blockDim.x / 32;
   th.g = th.lane / 4, th.t = th.lane % 4;
   th.row0 = (static_cast<int64_t>(blockIdx.x) * th.warps + th.warp) * kLinearTileRows;
   th.token0 = static_cast<int64_t>(blockIdx.z) * Layout::kTokens;
   th.step_begin = args.steps * blockIdx.y / args.splits;
   th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
-  const int64_t count = th.step_end - th.step_begin;
-
-  // Launched as a programmatic dependent (linear.cu): the first prefetch_steps of this warp's weight
-  // range go to L2 while the kernel before finishes (an L2 prefetch is coherent with any write that
-  // kernel makes), then wait for it before the first copy, since it may have written x or the
-  // weight. The kernel after (the K ranges' reduction, or the next layer) may launch from here on:
-  // it waits for this grid to finish before it reads anything, and meanwhile prefetches its own.
 #if defined(FP4OPS_HW_PDL)
   {
+    const int64_t count = th.step_end - th.step_begin;
     const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
     const int r = th.lane % kLinearTileRows;
     const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
@@ -753,6 +765,22 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+}
+
+// kFixup (MXFP4 x decoded once per call into the bf16 x this kernel takes): where the decode flagged
+// a nonzero block outside its exact window, the CTA computes from the FP4 x instead, as the FP4-x
+// kernel would (LinearArgs::fp4_x): the same bits where both are exact (fma_by_e8m0_pair), so a
+// row's result does not depend on the other rows of the call. One uniform branch per CTA, after
+// the wait that makes the decode's flags visible.
+template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false, bool kRowChunks = false>
+__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident, kFixup>)) linear_mma_kernel(LinearArgs args) {
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
+  static_assert(!kFixup || (std::is_same_v<Format, Mxfp4Format> && std::is_same_v<XT, __nv_bfloat16>),
+                "kFixup: MXFP4 x decoded to bf16");
+  extern __shared__ __align__(128) uint8_t smem[];
+  LinearThread th;
+  linear_kernel_begin<Layout>(args, th);
+  const int64_t count = th.step_end - th.step_begin;
   if constexpr (kFixup) {
     int outside = 0;
     for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];

@@ -5,9 +5,10 @@ Both `setup.py` (ahead of time) and `fp4ops._loader` (just in time, through
 cannot drift apart. This module imports nothing from fp4ops, so setup.py can load it by path.
 
 Environment:
-  FP4OPS_CUDA_ARCHS      e.g. "9.0" or "9.0;10.0;12.0" (default: 9.0, 10.0a, 12.0a). Blackwell
-                         entries always build arch-specific ("10.0" -> sm_100a): the hardware
-                         FP4 conversions exist only there.
+  FP4OPS_CUDA_ARCHS      e.g. "9.0" or "9.0;10.0;12.0" (default: 9.0a, 10.0a, 12.0a). Hopper and
+                         Blackwell entries always build arch-specific ("9.0" -> sm_90a, "10.0" ->
+                         sm_100a): the warpgroup MMA and the hardware FP4 conversions exist only
+                         there (an sm_90a cubin runs on every compute capability 9.0 GPU).
   TORCH_CUDA_ARCH_LIST   used when FP4OPS_CUDA_ARCHS is unset (same syntax). An entry's "+PTX"
                          embeds its PTX too, e.g. "8.0+PTX": on a newer GPU, which no sm_80
                          cubin fits, the driver compiles that PTX and the sm_80 code path runs
@@ -25,7 +26,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-DEFAULT_CUDA_ARCHS = ("9.0", "10.0a", "12.0a")
+DEFAULT_CUDA_ARCHS = ("9.0a", "10.0a", "12.0a")
 HOST_FLAGS = [
     "-O3",
     # Exact fp32 rounding in the scale math must not depend on the compiler: no contraction
@@ -63,8 +64,8 @@ def min_cuda_arch(root: Path | None = None) -> int:
 
 
 def parse_cuda_archs(spec: str) -> list[str]:
-    """'9.0;10.0 8.0+PTX' -> ['9.0', '10.0a', '8.0+PTX'] (Blackwell always arch-specific; '+PTX'
-    also embeds the PTX, which the driver compiles for newer GPUs)."""
+    """'9.0;10.0 8.0+PTX' -> ['9.0a', '10.0a', '8.0+PTX'] (Hopper and Blackwell always
+    arch-specific; '+PTX' also embeds the PTX, which the driver compiles for newer GPUs)."""
     archs = []
     minimum = min_cuda_arch()
     for item in re.split(r"[;,\s]+", spec.strip()):
@@ -78,7 +79,7 @@ def parse_cuda_archs(spec: str) -> list[str]:
         if number < minimum:
             raise ValueError(f"FP4OPS_CUDA_ARCHS: fp4ops needs compute capability >= {minimum // 10}.{minimum % 10} "
                              f"(csrc/common/arch.h), got {item!r}")
-        if number >= 100 and suffix == "":
+        if number >= 90 and suffix == "":
             suffix = "a"
         arch = f"{major}.{minor}{suffix}{match[4] or ''}"
         if arch not in archs:
@@ -151,4 +152,7 @@ def host_flags() -> list[str]:
 
 
 def nvcc_flags(archs: list[str] | None = None) -> list[str]:
-    return NVCC_FLAGS + gencode_flags(archs if archs is not None else cuda_archs())
+    archs = archs if archs is not None else cuda_archs()
+    # The launchers pick the warpgroup-MMA kernels only where an sm_90a pass exists (csrc/common/arch.h).
+    has_sm90a = any(a.removesuffix("+PTX") == "9.0a" for a in archs)
+    return NVCC_FLAGS + gencode_flags(archs) + (["-DFP4OPS_BUILD_HAS_SM90A"] if has_sm90a else [])
