@@ -11,8 +11,6 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "../common/op_checks.h"
 #include "kernels_cuda.h"
@@ -91,19 +89,16 @@ void with_column_tiles(int tiles, Fn&& fn) {
   }
 }
 
-// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve `column_tiles` tiles of NVFP4 weights:
-// on compute capability 9.0, from a build with an sm_90a pass (csrc/common/arch.h). They add the same
-// products in the same order as the mma.sync kernels, so the choice changes no bits.
-// TEMPORARY: FP4OPS_LINEAR_WGMMA lists the column tile counts that take them (measurement switch).
+// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve NVFP4 weights with `column_tiles`
+// tiles per CTA: 4 or 8 (17-64 rows), on compute capability 9.0, from a build with an sm_90a pass
+// (csrc/common/arch.h). They add the same products in the same order as the mma.sync kernels, so
+// the choice changes no bits. With 2 tiles (9-16 rows) they measured slower: one wgmma of 16 columns
+// costs a warpgroup about what its four warps' mma.sync cost (docs/performance.md, "Linear:
+// dispatch and bounds").
 bool linear_wgmma(int column_tiles, int device) {
 #if defined(FP4OPS_BUILD_HAS_SM90A)
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
-  if (prop->major != 9 || prop->minor != 0 || column_tiles < 2) return false;
-  static const std::string tiles = [] {
-    const char* env = std::getenv("FP4OPS_LINEAR_WGMMA");
-    return std::string(env != nullptr ? env : "4,8");
-  }();
-  return tiles.find(std::to_string(column_tiles)) != std::string::npos;
+  return prop->major == 9 && prop->minor == 0 && column_tiles >= 4;
 #else
   (void)column_tiles, (void)device;
   return false;
@@ -224,15 +219,9 @@ void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& op
   }
   args.x = x_image.const_data_ptr();
   const bool resident = tokens <= 32 && static_cast<size_t>(tokens) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
-  with_column_tiles(column_tiles, [&](auto tiles_tag) {
-    constexpr int kNt = decltype(tiles_tag)::value;
-    if constexpr (kNt >= 2) {
-      if constexpr (kNt <= 4) {
-        if (resident) return launch_wgmma_kernel<DenseT, kNt, true>(args, stream, device);
-      }
-      launch_wgmma_kernel<DenseT, kNt, false>(args, stream, device);
-    }
-  });
+  if (column_tiles == 8) return launch_wgmma_kernel<DenseT, 8, false>(args, stream, device);
+  if (resident) return launch_wgmma_kernel<DenseT, 4, true>(args, stream, device);
+  launch_wgmma_kernel<DenseT, 4, false>(args, stream, device);
 }
 
 // `args` with the dense x `decoded` ([M, K], in the decoders' pairing where `paired`) in place of

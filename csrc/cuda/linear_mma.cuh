@@ -741,7 +741,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 // after (the K ranges' reduction, or the next layer) may launch from here on: it waits for this
 // grid to finish before it reads anything, and meanwhile prefetches its own.
 template <class Layout>
-__device__ __forceinline__ void linear_kernel_begin(const LinearArgs& args, LinearThread& th) {
+__device__ __forceinline__ int64_t linear_kernel_begin(const LinearArgs& args, LinearThread& th) {
   using Format = typename Layout::Format;
   th.lane = threadIdx.x % 32, th.warp = threadIdx.x / 32, th.warps = blockDim.x / 32;
   th.g = th.lane / 4, th.t = th.lane % 4;
@@ -749,9 +749,9 @@ __device__ __forceinline__ void linear_kernel_begin(const LinearArgs& args, Line
   th.token0 = static_cast<int64_t>(blockIdx.z) * Layout::kTokens;
   th.step_begin = args.steps * blockIdx.y / args.splits;
   th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
+  const int64_t count = th.step_end - th.step_begin;
 #if defined(FP4OPS_HW_PDL)
   {
-    const int64_t count = th.step_end - th.step_begin;
     const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
     const int r = th.lane % kLinearTileRows;
     const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
@@ -765,6 +765,7 @@ __device__ __forceinline__ void linear_kernel_begin(const LinearArgs& args, Line
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  return count;
 }
 
 // kFixup (MXFP4 x decoded once per call into the bf16 x this kernel takes): where the decode flagged
@@ -779,8 +780,7 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
                 "kFixup: MXFP4 x decoded to bf16");
   extern __shared__ __align__(128) uint8_t smem[];
   LinearThread th;
-  linear_kernel_begin<Layout>(args, th);
-  const int64_t count = th.step_end - th.step_begin;
+  const int64_t count = linear_kernel_begin<Layout>(args, th);
   if constexpr (kFixup) {
     int outside = 0;
     for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];

@@ -1,5 +1,6 @@
 // The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a), for NVFP4 weights and dense x
-// (fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16), 16-64 rows of x per CTA.
+// (fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16): the calls whose CTAs take 32
+// or 64 rows of x (linear.cu, linear_wgmma).
 //
 // Each warp decodes its 16 weight rows into exactly the A fragments of linear_mma.cuh's NVFP4 path
 // (same ring, same decode, same prescaling) and hands them to the warpgroup's MMAs, which read the
@@ -104,6 +105,7 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_image_kernel(const 
 // stage (or one for resident x).
 template <typename XT, int kNt, bool kResident>
 struct LinearWgmmaLayout {
+  static_assert((kNt == 4 || kNt == 8) && (!kResident || kNt == 4), "32 rows (resident or not) or 64 (staged per step)");
   using Format = Nvfp4Format;
   using XType = XT;
   using MmaT = XT;
@@ -267,8 +269,8 @@ __global__ void __launch_bounds__(256, 2) linear_wgmma_kernel(LinearArgs args) {
   using Layout = LinearWgmmaLayout<XT, kNt, kResident>;
   extern __shared__ __align__(1024) uint8_t smem_1k[];
   LinearThread th;
-  linear_kernel_begin<Layout>(args, th);
-  linear_wgmma_cta<Layout>(args, th, th.step_end - th.step_begin, smem_1k);
+  const int64_t count = linear_kernel_begin<Layout>(args, th);
+  linear_wgmma_cta<Layout>(args, th, count, smem_1k);
 #else
   __trap();
 #endif

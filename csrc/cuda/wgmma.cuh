@@ -71,34 +71,10 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
-// d += a b for n = 8 kNt columns, kNt = 2, 4 or 8 (one m64nNk16 instruction; the accumulate
-// predicate always set).
+// d += a b for n = 8 kNt columns, kNt = 4 or 8 (one m64nNk16 instruction; the accumulate predicate
+// always set).
 template <typename T, int kNt>
 struct WgmmaM64K16;
-template <>
-struct WgmmaM64K16<__nv_bfloat16, 2> {
-  static __device__ __forceinline__ void run(float (&d)[2][4], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  }
-};
-
-template <>
-struct WgmmaM64K16<__half, 2> {
-  static __device__ __forceinline__ void run(float (&d)[2][4], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  }
-};
-
 template <>
 struct WgmmaM64K16<__nv_bfloat16, 4> {
   static __device__ __forceinline__ void run(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b) {
