@@ -502,6 +502,19 @@ __device__ __forceinline__ void nvfp4_lane_factors(const LinearThread& th, uint3
   }
 }
 
+// A lane's fixed offsets into its warp's weight stage: the ldmatrix rows of units 0-1 and 2-3
+// (lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2), and the
+// selector of its NVFP4 block scales (lane_block_codes).
+struct LinearLaneOffsets {
+  uint32_t ldm0, ldm1, nvfp4_selector;
+};
+__device__ __forceinline__ LinearLaneOffsets linear_lane_offsets(const LinearThread& th) {
+  const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
+  const uint32_t half = th.t / 2;
+  return {w_unit_offset(ldm_row, ldm_unit), w_unit_offset(ldm_row, 2 + ldm_unit),
+          half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12};
+}
+
 template <class Layout>
 struct LinearAccumulators {
   float v[Layout::kTokens / 8][4];
@@ -700,11 +713,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     x_lane[j][0] = row + 16 * th.t + parity, x_lane[j][1] = row + 16 * th.t - parity;
   }
 
-  // ldmatrix: lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2.
-  const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
-  const uint32_t ldm_offset0 = w_unit_offset(ldm_row, ldm_unit), ldm_offset1 = w_unit_offset(ldm_row, 2 + ldm_unit);
-  const uint32_t half = th.t / 2;
-  const uint32_t nvfp4_selector = half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12;
+  const auto [ldm_offset0, ldm_offset1, nvfp4_selector] = linear_lane_offsets(th);
 
   LinearAccumulators<Layout> acc;
 #pragma unroll

@@ -224,11 +224,7 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
     for (int i = 0; i < kXAhead; ++i) issue_x(i);
   }
 
-  // ldmatrix: lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2.
-  const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
-  const uint32_t ldm_offset0 = w_unit_offset(ldm_row, ldm_unit), ldm_offset1 = w_unit_offset(ldm_row, 2 + ldm_unit);
-  const uint32_t half = th.t / 2;
-  const uint32_t nvfp4_selector = half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12;
+  const auto [ldm_offset0, ldm_offset1, nvfp4_selector] = linear_lane_offsets(th);
 
   LinearAccumulators<Layout> acc;
 #pragma unroll
