@@ -1,5 +1,6 @@
 // Launcher for fp4ops.linear: checks, device guard, current stream, and the dispatch between the
-// tensor-core kernel family (linear_mma.cuh) and dequantize + cuBLAS.
+// tensor-core kernel family (linear_mma.cuh; on Hopper, NVFP4 at 17-64 rows: linear_wgmma.cuh) and
+// dequantize + cuBLAS.
 //
 // Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x, and
 // any number of rows when the caller asks for batch invariance, run the kernel family (more rows:
@@ -186,6 +187,8 @@ void launch_mma_kernels(LinearArgs args, int column_tiles, const at::TensorOptio
   });
 }
 
+// One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps), the
+// K ranges and row chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out.
 template <typename XT, int kNt, bool kResident>
 void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device) {
   using Layout = LinearWgmmaLayout<XT, kNt, kResident>;

@@ -659,7 +659,6 @@ __device__ __forceinline__ void linear_store_sums(const LinearArgs& args, const 
 // stores of its sums (out, or the K range's partials).
 template <class Layout>
 __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const LinearThread& th, int64_t count, uint8_t* smem) {
-  using MmaT = typename Layout::MmaT;
   constexpr int kNt = Layout::kTokens / 8;
   const uint32_t ring = shared_address(smem);
   const size_t x_res_offset = Layout::smem_bytes(th.warps);
