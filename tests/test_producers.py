@@ -423,13 +423,15 @@ def fp4ops_kernels_launched(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
 
 
-# (op, rows, hidden, kernels launched): one (a cooperative grid) up to the op's limit where the
-# grid fits any GPU of 40 SMs or more, three (zeroing, amax pass, quantize pass) above the limit.
+# (op, rows, hidden, kernels launched): one up to the op's limit where the grid fits any GPU of 40
+# SMs or more (a cooperative grid; SiLU-mul up to 1024 octets of y: one CTA), three (zeroing, amax
+# pass, quantize pass) above the limit.
 OWN_SCALE_LAUNCHES = [
     ("rms_norm_quantize", 1, 4096, 1), ("rms_norm_quantize", 8, 4096, 1), ("rms_norm_quantize", 32, 4096, 1),
     ("rms_norm_quantize", 64, 4096, 1), ("rms_norm_quantize", 8, 16384, 1), ("rms_norm_quantize", 64, 16384, 1),
     ("rms_norm_quantize", 65, 4096, 1), ("rms_norm_quantize", 300, 4096, 1), ("rms_norm_quantize", 1025, 4096, 3),
-    ("silu_mul_quantize", 1, 4096, 1), ("silu_mul_quantize", 8, 4096, 1), ("silu_mul_quantize", 32, 4096, 1),
+    ("silu_mul_quantize", 1, 4096, 1), ("silu_mul_quantize", 2, 4096, 1), ("silu_mul_quantize", 1, 8208, 1),
+    ("silu_mul_quantize", 8, 4096, 1), ("silu_mul_quantize", 32, 4096, 1),
     ("silu_mul_quantize", 8, 16384, 1), ("silu_mul_quantize", 64, 14336, 1), ("silu_mul_quantize", 65, 4096, 1),
     ("silu_mul_quantize", 700, 4096, 1), ("silu_mul_quantize", 1025, 4096, 3),
 ]
@@ -443,7 +445,65 @@ def test_own_global_scale_launches(op, rows, hidden, launches):
     names = fp4ops_kernels_launched(lambda: run(op, x, Target("nvfp4"), weight, intermediate=False))
     assert len(names) == launches, names
     if launches == 1:
-        assert "one_launch" in names[0]
+        one_cta = op == "silu_mul_quantize" and rows * hidden <= 1024 * 8
+        assert ("one_cta" if one_cta else "one_launch") in names[0], names
+
+
+# SiLU-mul's CUDA kernels by size (producers.cu): a given g and MXFP4 run a thread per octet of y up
+# to kSiluOctetsMaxOutputs = 2^21 outputs, a thread per output block above; NVFP4 with its own g
+# one CTA up to kSiluOneCtaThreads = 1024 octets, one cooperative grid above. Each side of each
+# limit, as (target, rows, width, a part of the kernel's name).
+SILU_KERNELS = [
+    ("nvfp4-float", 1, 4096, "octets"), ("nvfp4-tensor", 512, 4096, "octets"), ("mxfp4-floor", 256, 8192, "octets"),
+    ("nvfp4-float", 513, 4096, "silu_mul_quantize_kernel"), ("mxfp4-rceil", 64, 32800, "silu_mul_quantize_kernel"),
+    ("nvfp4-computed", 1, 8192, "one_cta"), ("nvfp4-computed", 3, 2736, "one_launch"),
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("target", "rows", "width", "kernel"), SILU_KERNELS)
+def test_silu_mul_kernels_by_size(target, rows, width, kernel, layout):
+    """Each of SiLU-mul's CUDA kernels is the plain quantizer on its own y, y within SPEC 7's bound."""
+    needs_kernel("cuda", "silu_mul_quantize")
+    x, _ = op_input("silu_mul_quantize", (rows, width), torch.bfloat16, "cuda")
+    x[0, :8] = float("nan")  # a NaN block, and a block of zeros
+    x[-1, 16:48] = 0.0
+    t = make_target(target, "cuda", layout)
+    out = run_silu(x, t)
+    assert_is_quantized_intermediate(out, t)
+    assert_within_silu_bound(out.y[1:], x[1:])
+    names = fp4ops_kernels_launched(lambda: run_silu(x, t, intermediate=False))
+    assert len(names) == 1 and kernel in names[0], names
+
+
+# Gates where the octet kernels' division leaves its in-range sequence for div_rn itself (a zero,
+# a gate under 2^-30 or over 2^64 in magnitude, below -44 where 1 + exp(-gate) passes 2^64,
+# infinities, NaN), and gates at the edges of that range.
+SILU_EDGE_GATES = [0.0, -0.0, 2.0**-30, -(2.0**-30), 2.0**-31, 2.0**-126, 1e-38, 2.0**64, -(2.0**64), 2.0**65,
+                   -44.0, -44.5, -88.0, -89.0, -100.0, 88.0, 3e38, float("inf"), -float("inf"), float("nan")]
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("format", ["nvfp4", "mxfp4"])
+def test_silu_mul_octet_and_block_kernels_agree(format, dtype):
+    """y is elementwise, so a row's y, codes and scales are the same whether the row comes in a
+    call small enough for the octet kernel (its own division sequence) or in one large enough for
+    the block kernel (div_rn): random gates and SILU_EDGE_GATES, bit for bit."""
+    needs_kernel("cuda", "silu_mul_quantize")
+    width = 4096
+    x, _ = op_input("silu_mul_quantize", (520, width), dtype)
+    edges = torch.tensor(SILU_EDGE_GATES, dtype=torch.float32).to(dtype)
+    for row in range(4):  # edge gates at random places of the first rows, among random ones
+        x[row, torch.randperm(width)[: 4 * len(edges)]] = edges.repeat(4)
+    x = x.cuda()
+    t = Target(format, 2.0**-8 if format == "nvfp4" else None)
+    large, small = run_silu(x, t), run_silu(x[:4], t)
+    assert_exact(small.y, large.y[:4])
+    assert_same_bytes(small.data, large.data[:4], "data")
+    assert_same_bytes(small.scales, large.scales[:4], "scales")
+    assert large.y.numel() > 2**21 >= small.y.numel()  # kSiluOctetsMaxOutputs: the two kernels (producers.cu)
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -15,6 +15,7 @@
 #include "kernels_cuda.h"
 #include "launch_utils.h"
 #include "producers_kernels.cuh"
+#include "silu_mul_octet_kernels.cuh"
 
 namespace fp4ops::cuda {
 
@@ -29,6 +30,10 @@ constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 // Both: a decode step or a prefill chunk (16-bit x: RMSNorm two CTAs per SM, 8 rows of 4096 an
 // SM; SiLU-mul two output blocks a thread).
 constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 1024;
+// SiLU-mul over few outputs (silu_mul_octet_kernels.cuh): a given g and MXFP4 take a thread per
+// octet of y up to kSiluOctetsMaxOutputs outputs, NVFP4 with its own g one CTA where an octet a
+// thread covers y (docs/performance.md, "Fused producers").
+constexpr int64_t kSiluOctetsMaxOutputs = int64_t{1} << 21;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
 // one cooperative grid of just enough CTAs, with the exchange's words (one per CTA, on `options`'
@@ -245,6 +250,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
   };
   dispatch_float_type(x.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (target.nvfp4 && !global_scale.has_value() && rows * width <= int64_t{kSiluOneCtaThreads} * kOctet) {
+      return with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
+        silu_mul_quantize_one_cta_kernel<T, decltype(scale_index)><<<1, kSiluOneCtaThreads, 0, stream>>>(
+            args_for(tag, target.block()), out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    }
     if (target.nvfp4 && !global_scale.has_value() && rows <= kSiluOneLaunchMaxRows) {
       const SiluMulArgs<T> args = args_for(tag, target.block());
       bool launched = false;
@@ -271,6 +283,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
         args.intermediate = nullptr;
         launch_pass(pass, silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, 0, stream, args,
                     source, data, scales, LinearScales{});
+      } else if (rows * width <= kSiluOctetsMaxOutputs) {
+        const int64_t octets = args.num_blocks * (target.block() / kOctet);  // a thread each
+        const auto octet_grid = static_cast<unsigned>((octets + kSiluThreads - 1) / kSiluThreads);
+        with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
+          launch_pass(pass, silu_mul_quantize_octets_kernel<T, Source, decltype(scale_index)>, octet_grid, kSiluThreads,
+                      0, stream, args, source, data, scales, scale_index);
+        });
       } else {
         with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
           launch_pass(pass, silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, 0, stream,
