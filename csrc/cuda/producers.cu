@@ -4,7 +4,8 @@
 // A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g needs the amax of
 // all of y before any block can be encoded. Rows that fit one cooperative grid (a decode step or a
 // prefill chunk) run in it, its CTAs holding their input in registers and exchanging
-// the amax through one word each and a grid barrier: one launch, one read. More rows take two
+// the amax through one word each and a grid barrier: one launch, one read (SiLU-mul's y that one
+// thread-block cluster holds: that cluster, exchanging through shared memory). More rows take two
 // passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
 // the first behind zero_words_kernel as its programmatic dependent.
 #include <ATen/ATen.h>
@@ -31,8 +32,8 @@ constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 // SM; SiLU-mul two output blocks a thread).
 constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 1024;
 // SiLU-mul over few outputs (silu_mul_octet_kernels.cuh): a given g and MXFP4 take a thread per
-// octet of y up to kSiluOctetsMaxOutputs outputs, NVFP4 with its own g one CTA where an octet a
-// thread covers y (docs/performance.md, "Fused producers").
+// octet of y up to kSiluOctetsMaxOutputs outputs; NVFP4 with its own g one thread-block cluster
+// where one holds y, an octet a thread (docs/performance.md, "Fused producers").
 constexpr int64_t kSiluOctetsMaxOutputs = int64_t{1} << 21;
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
@@ -49,6 +50,37 @@ bool launch_one_grid(void (*kernel)(KernelArgs...), int64_t work, int64_t per_ct
   const at::Tensor words = at::empty({ctas}, options.dtype(at::kInt));
   launch_cooperative(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...,
                      reinterpret_cast<uint32_t*>(words.mutable_data_ptr<int>()));
+  return true;
+}
+
+// Launches silu_mul_quantize_cluster_kernel over all of y where one cluster holds it and the GPU
+// and the kernel's code have clusters (PTX below 9.0, as a build for older GPUs that the driver
+// compiles for a newer one, has none); false where it launches nothing.
+template <typename T, class ScaleIndex>
+bool launch_silu_cluster(const SiluMulArgs<T>& args, float* g_out, uint8_t* data, uint8_t* scales,
+                         const ScaleIndex& scale_index, cudaStream_t stream) {
+  const auto kernel = silu_mul_quantize_cluster_kernel<T, ScaleIndex>;
+  static const bool kernel_has_clusters = [&] {
+    cudaFuncAttributes attributes{};
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    return attributes.ptxVersion >= 90;
+  }();
+  const int64_t ctas = (args.num_blocks * (kNvfp4Block / kOctet) + kSiluClusterThreads - 1) / kSiluClusterThreads;
+  if (ctas > kSiluMaxClusterCtas || !kernel_has_clusters || at::cuda::getCurrentDeviceProperties()->major < 9) {
+    return false;
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(ctas);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(kSiluClusterThreads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args, g_out, data, scales, scale_index));
   return true;
 }
 
@@ -250,12 +282,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
   };
   dispatch_float_type(x.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (target.nvfp4 && !global_scale.has_value() && rows * width <= int64_t{kSiluOneCtaThreads} * kOctet) {
-      return with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-        silu_mul_quantize_one_cta_kernel<T, decltype(scale_index)><<<1, kSiluOneCtaThreads, 0, stream>>>(
-            args_for(tag, target.block()), out.g.mutable_data_ptr<float>(), data, scales, scale_index);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (target.nvfp4 && !global_scale.has_value()) {
+      bool launched = false;
+      with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
+        launched = launch_silu_cluster(args_for(tag, target.block()), out.g.mutable_data_ptr<float>(), data, scales,
+                                       scale_index, stream);
       });
+      if (launched) return;
     }
     if (target.nvfp4 && !global_scale.has_value() && rows <= kSiluOneLaunchMaxRows) {
       const SiluMulArgs<T> args = args_for(tag, target.block());

@@ -139,32 +139,47 @@ __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source sour
   store_octet_intermediate(args, slot, y);
 }
 
-// NVFP4 with its own g in one launch of one CTA of kSiluOneCtaThreads threads, an octet each, for
-// y of at most that many octets: then one SM's loads all in flight at once beat a cooperative
-// grid's launch and barrier (more octets a thread measured slower than that grid: the SM's issue
-// rate bounds them). y is held across the CTA's reduction of its finite amax; g follows from that
-// amax as in every other path.
-constexpr int kSiluOneCtaThreads = 1024;
+// NVFP4 with its own g in one launch of one thread-block cluster (compute capability 9.0 on): at
+// most kSiluMaxClusterCtas CTAs (the portable cluster size) of kSiluClusterThreads threads, an
+// octet of y a thread, y held in registers across the exchange. Each CTA puts its finite maximum in
+// its own shared word; after a cluster barrier every warp reads all the words through distributed
+// shared memory. A max does not depend on the order, so this is the amax every other path finds,
+// and g follows from it as there. Smaller than a cooperative grid's exchange through global memory
+// and its grid barrier, and spread over more SMs than one CTA (whose SM's issue rate bounds it).
+constexpr int kSiluClusterThreads = 256, kSiluMaxClusterCtas = 8;
 
 template <typename T, class ScaleIndex>
-__global__ void __launch_bounds__(kSiluOneCtaThreads, 1) silu_mul_quantize_one_cta_kernel(
+__global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
-  const OctetSlot<kBlock> slot = octet_slot<kBlock>(threadIdx.x, args.num_blocks * (kBlock / kOctet));
+  __shared__ uint32_t cta_max_bits;
+  const OctetSlot<kBlock> slot = octet_slot<kBlock>(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                                                    args.num_blocks * (kBlock / kOctet));
   float y[kOctet];
   silu_mul_of_octet(load_silu_mul_octet<kBlock>(args, slot.block, slot.lane), y);
-  uint32_t max_bits = 0;  // the finite max |y|, as AmaxReducer takes it
+  uint32_t max_bits = 0;
 #pragma unroll
   for (int j = 0; j < kOctet; ++j) max_bits = max(max_bits, __float_as_uint(finite_abs(y[j])));
-  const float amax = __uint_as_float(block_reduce_max(max_bits, scratch));
-  const auto format = make_format(Nvfp4SourceRead{Nvfp4Source{nullptr, true, g_out}, amax}, table);
+  const uint32_t m = block_reduce_max(max_bits, scratch);
+  if (threadIdx.x == 0) cta_max_bits = m;
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  const unsigned lane = threadIdx.x % 32;
+  uint32_t all = lane < cluster.num_blocks() ? *cluster.map_shared_rank(&cta_max_bits, lane) : 0u;
+  all = __reduce_max_sync(0xFFFFFFFFu, all);
+  const auto format = make_format(Nvfp4SourceRead{Nvfp4Source{nullptr, true, g_out}, __uint_as_float(all)}, table);
   __syncthreads();  // the format's table
   const OctetQuantizer<ScaleIndex> sink{data, scales, scale_index};
   sink.put(format, slot.block, slot.lane, y, slot.live);
   store_octet_intermediate(args, slot, y);
+  cluster.sync();  // every CTA's word read before any CTA exits
+#else
+  __trap();  // the launcher takes the cooperative grid on these GPUs
+#endif
 }
 
 }  // namespace fp4ops::cuda
