@@ -8,6 +8,7 @@
 #pragma once
 
 #include "producers_kernels.cuh"
+#include "wgmma.cuh"  // the mbarrier helpers
 
 namespace fp4ops::cuda {
 
@@ -141,12 +142,38 @@ __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source sour
 
 // NVFP4 with its own g in one launch of one thread-block cluster (compute capability 9.0 on): at
 // most kSiluMaxClusterCtas CTAs (the portable cluster size) of kSiluClusterThreads threads, an
-// octet of y a thread, y held in registers across the exchange. Each CTA puts its finite maximum in
-// its own shared word; after a cluster barrier every warp reads all the words through distributed
-// shared memory. A max does not depend on the order, so this is the amax every other path finds,
-// and g follows from it as there. Smaller than a cooperative grid's exchange through global memory
-// and its grid barrier, and spread over more SMs than one CTA (whose SM's issue rate bounds it).
+// octet of y a thread, y held in registers across cluster_max's exchange. A max does not depend on
+// the order, so this is the amax every other path finds, and g follows from it as there. Only the
+// mbarriers' initialization needs a cluster barrier, arrived at on entry and waited for after y:
+// none after the exchange (a barrier.cluster round costs about as much as the rest of the small
+// launch), and none at exit (a CTA's own mbarrier wait covers every store into it, so no CTA exits
+// while another can still write to it).
 constexpr int kSiluClusterThreads = 256, kSiluMaxClusterCtas = 8;
+
+// The max of every CTA's `m` in a cluster whose CTAs all call this with the same `maxima` array and
+// initialized mbarrier `bar` (phase 0 unused): thread r < the cluster's size stores `m` into word
+// `rank` of CTA r's array with st.async, which counts its bytes on CTA r's mbarrier, and each CTA
+// reads its array once its own mbarrier has every word. A cluster of one CTA takes its own `m`:
+// st.async needs a peer CTA to store to.
+__device__ __forceinline__ uint32_t cluster_max(uint32_t m, uint32_t (&maxima)[kSiluMaxClusterCtas], uint32_t bar) {
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const unsigned ctas = cluster.num_blocks();
+  if (ctas == 1) return m;
+  if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, ctas * sizeof(uint32_t));
+  if (threadIdx.x < ctas) {
+    const uint32_t word = static_cast<uint32_t>(__cvta_generic_to_shared(&maxima[cluster.block_rank()]));
+    uint32_t remote_word, remote_bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_word) : "r"(word), "r"(threadIdx.x));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar), "r"(threadIdx.x));
+    asm volatile("st.async.weak.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_word),
+                 "r"(m), "r"(remote_bar)
+                 : "memory");
+  }
+  mbarrier_wait(bar, 0);
+  uint32_t all = 0;
+  for (unsigned r = 0; r < ctas; ++r) all = max(all, maxima[r]);
+  return all;
+}
 
 template <typename T, class ScaleIndex>
 __global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster_kernel(
@@ -156,7 +183,14 @@ __global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
-  __shared__ uint32_t cta_max_bits;
+  __shared__ alignas(8) uint64_t maxima_in;         // mbarrier: every CTA's word of `maxima` stored
+  __shared__ uint32_t maxima[kSiluMaxClusterCtas];  // word r: CTA r's finite max |y|
+  const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&maxima_in));
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar);
+    fence_mbarrier_init();
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   const OctetSlot<kBlock> slot = octet_slot<kBlock>(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                                     args.num_blocks * (kBlock / kOctet));
   float y[kOctet];
@@ -165,18 +199,13 @@ __global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster
 #pragma unroll
   for (int j = 0; j < kOctet; ++j) max_bits = max(max_bits, __float_as_uint(finite_abs(y[j])));
   const uint32_t m = block_reduce_max(max_bits, scratch);
-  if (threadIdx.x == 0) cta_max_bits = m;
-  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();
-  const unsigned lane = threadIdx.x % 32;
-  uint32_t all = lane < cluster.num_blocks() ? *cluster.map_shared_rank(&cta_max_bits, lane) : 0u;
-  all = __reduce_max_sync(0xFFFFFFFFu, all);
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every CTA's mbarrier initialized
+  const uint32_t all = cluster_max(m, maxima, bar);
   const auto format = make_format(Nvfp4SourceRead{Nvfp4Source{nullptr, true, g_out}, __uint_as_float(all)}, table);
   __syncthreads();  // the format's table
   const OctetQuantizer<ScaleIndex> sink{data, scales, scale_index};
   sink.put(format, slot.block, slot.lane, y, slot.live);
   store_octet_intermediate(args, slot, y);
-  cluster.sync();  // every CTA's word read before any CTA exits
 #else
   __trap();  // the launcher takes the cooperative grid on these GPUs
 #endif
