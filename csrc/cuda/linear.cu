@@ -112,10 +112,14 @@ bool linear_wgmma(int column_tiles, int device) {
 // CTA). Both kernels add the same products in the same order, so the choice, made from M, does not
 // change any row's result.
 constexpr size_t kResidentXBytes = 76 * 1024;
+// Whether `rows` rows of 16-bit x over a K range of `range_steps` steps fit kResidentXBytes.
+bool resident_x_fits(int64_t rows, int range_steps) {
+  return static_cast<size_t>(rows) * range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+}
+
 bool resident_x(const LinearArgs& args, int column_tiles) {
   const int64_t chunk_rows = 8 * column_tiles, live = std::min(args.m, chunk_rows);
-  const int64_t rows = live + (live < chunk_rows ? 1 : 0);
-  return chunk_rows <= 32 && static_cast<size_t>(rows) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+  return chunk_rows <= 32 && resident_x_fits(live + (live < chunk_rows ? 1 : 0), args.range_steps);
 }
 
 // Steps of each warp's range prefetched to L2 before the grid dependency wait: the whole grid's
@@ -221,7 +225,7 @@ void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& op
                      static_cast<const uint4*>(args.x), image);
   }
   args.x = x_image.const_data_ptr();
-  const bool resident = tokens <= 32 && static_cast<size_t>(tokens) * args.range_steps * kLinearStepElems * 2 <= kResidentXBytes;
+  const bool resident = tokens <= 32 && resident_x_fits(tokens, args.range_steps);
   if (column_tiles == 8) return launch_wgmma_kernel<DenseT, 8, false>(args, stream, device);
   if (resident) return launch_wgmma_kernel<DenseT, 4, true>(args, stream, device);
   launch_wgmma_kernel<DenseT, 4, false>(args, stream, device);

@@ -332,6 +332,17 @@ __device__ __forceinline__ uint4 paired_x_chunk(uint4 raw) {
                     pair_for(kLinearPairing<XT>, words, 2), pair_for(kLinearPairing<XT>, words, 3));
 }
 
+// How the family's helper kernels (each launched as a programmatic dependent, linear.cu) start:
+// they let the kernel after them launch at once (it waits for this grid before it reads anything,
+// and meanwhile starts its own CTAs and weight prefetches), then wait for the kernel before them,
+// which may have written what they read.
+__device__ __forceinline__ void linear_dependent_start() {
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Dense x, permuted once per call so that every 16 bytes (8 elements, pairs (0,1) (2,3) (4,5)
 // (6,7)) hold the B registers of the decoders' pairing: register r = (element_for(r, 0),
 // element_for(r, 1)). The kernel then reads its B operands with one shared load per 8 elements,
@@ -339,10 +350,7 @@ __device__ __forceinline__ uint4 paired_x_chunk(uint4 raw) {
 // kernel that wrote x, and lets linear_mma_kernel start (and prefetch its weight) meanwhile.
 template <typename XT>
 __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __restrict__ x, uint4* __restrict__ out, int64_t chunks) {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  linear_dependent_start();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = paired_x_chunk<XT>(x[i]);
   }
@@ -371,10 +379,7 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32
                                                                    const uint8_t* __restrict__ scales,
                                                                    uint4* __restrict__ out, int64_t chunks) {
   using Scaling = LinearScaling<__half>;
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  linear_dependent_start();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     Regs4 v = prescaled_nvfp4_x_chunk(codes, scales, i);
     if constexpr (!kPaired) v = natural_order(Scaling::kPairing, v);
@@ -398,10 +403,7 @@ __global__ void __launch_bounds__(256) linear_decode_mxfp4_x_kernel(const uint32
                                                                    const uint8_t* __restrict__ scales,
                                                                    uint4* __restrict__ out, int64_t chunks,
                                                                    int* __restrict__ outside) {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  linear_dependent_start();
   bool any_outside = false;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint32_t word = codes[i], e = scales[i / 4];  // 32-element blocks: four chunks each
@@ -805,10 +807,7 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
 // The K ranges' sums added in range order, then linear_store. Runs as the programmatic dependent
 // of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first.
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");  // the next layer may prefetch its weight meanwhile
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  linear_dependent_start();  // the next layer may prefetch its weight meanwhile
   const int64_t total = args.m * args.n;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -57,10 +57,7 @@ __device__ __forceinline__ uint4 wgmma_k_group(const uint4 (&paired)[4], int c) 
 // dependent, like linear_permute_x_kernel.
 template <typename XT>
 __global__ void __launch_bounds__(256) linear_wgmma_x_image_kernel(const uint4* __restrict__ x, WgmmaXImage image) {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  linear_dependent_start();
   const int64_t row_units = image.steps * 4;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < image.rows() * row_units;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -81,10 +78,7 @@ __global__ void __launch_bounds__(256) linear_wgmma_x_image_kernel(const uint4* 
 // elements a thread: its four registers go to word (chunk % 4) of the unit's four k groups.
 __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_image_kernel(const uint32_t* __restrict__ codes,
                                                                          const uint8_t* __restrict__ scales, WgmmaXImage image) {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  linear_dependent_start();
   const int64_t row_chunks = image.steps * 16;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < image.rows() * row_chunks;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -8,6 +8,21 @@
 
 namespace fp4ops::cuda {
 
+// Launches `kernel` with one launch attribute (cudaLaunchKernelEx's config, otherwise plain).
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_with_attribute(const cudaLaunchAttribute& attribute, void (*kernel)(KernelArgs...), dim3 grid, unsigned threads,
+                                  size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[1] = {attribute};
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // Launches `kernel` behind the previous kernel in `stream` as a programmatic dependent (PDL,
 // sm_90 and later): its blocks may start once every block of that kernel has called
 // griddepcontrol.launch_dependents or exited, so `kernel` must call griddepcontrol.wait before it
@@ -18,14 +33,7 @@ cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), dim3 gr
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return launch_with_attribute(attribute, kernel, grid, threads, smem, stream, std::forward<Args>(args)...);
 }
 template <typename... KernelArgs, typename... Args>
 cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads,

@@ -69,18 +69,7 @@ bool launch_silu_cluster(const SiluMulArgs<T>& args, float* g_out, uint8_t* data
   if (ctas > kSiluMaxClusterCtas || !kernel_has_clusters || at::cuda::getCurrentDeviceProperties()->major < 9) {
     return false;
   }
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(ctas);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(kSiluClusterThreads);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args, g_out, data, scales, scale_index));
+  launch_one_cluster(kernel, static_cast<int>(ctas), kSiluClusterThreads, 0, stream, args, g_out, data, scales, scale_index);
   return true;
 }
 

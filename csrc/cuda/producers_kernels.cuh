@@ -492,12 +492,17 @@ struct SiluMulInputs {
   Vec8<T> gate[kBlock / 8], up[kBlock / 8];
 };
 
+// Where output block u's gate elements start in x (its up elements: args.width further on).
 template <int kBlock, typename T>
-__device__ __forceinline__ SiluMulInputs<kBlock, T> load_silu_mul_inputs(const SiluMulArgs<T>& args, int64_t u) {
+__device__ __forceinline__ const T* silu_mul_gate_of_block(const SiluMulArgs<T>& args, int64_t u) {
   const bool small = args.num_blocks < (int64_t{1} << 32);
   const int64_t row = small ? args.by_blocks_per_row.div(static_cast<uint32_t>(u)) : u / args.blocks_per_row;
-  const int64_t column = (u - row * args.blocks_per_row) * kBlock;
-  const T* gate = args.x + row * 2 * args.width + column;
+  return args.x + row * 2 * args.width + (u - row * args.blocks_per_row) * kBlock;
+}
+
+template <int kBlock, typename T>
+__device__ __forceinline__ SiluMulInputs<kBlock, T> load_silu_mul_inputs(const SiluMulArgs<T>& args, int64_t u) {
+  const T* gate = silu_mul_gate_of_block<kBlock>(args, u);
   SiluMulInputs<kBlock, T> in;
 #pragma unroll
   for (int g = 0; g < kBlock / 8; ++g) {

@@ -23,10 +23,7 @@ struct SiluMulOctet {
 // Octet `lane` (of kBlock / kOctet) of output block u.
 template <int kBlock, typename T>
 __device__ __forceinline__ SiluMulOctet<T> load_silu_mul_octet(const SiluMulArgs<T>& args, int64_t u, int lane) {
-  const bool small = args.num_blocks < (int64_t{1} << 32);
-  const int64_t row = small ? args.by_blocks_per_row.div(static_cast<uint32_t>(u)) : u / args.blocks_per_row;
-  const int64_t column = (u - row * args.blocks_per_row) * kBlock + lane * kOctet;
-  const T* gate = args.x + row * 2 * args.width + column;
+  const T* gate = silu_mul_gate_of_block<kBlock>(args, u) + lane * kOctet;
   return {load_vec8<T, true>(gate, 0), load_vec8<T, true>(gate + args.width, 0)};
 }
 
