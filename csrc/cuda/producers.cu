@@ -25,9 +25,10 @@ namespace {
 constexpr int kSiluThreads = 256;
 constexpr int64_t kSiluMaxSteps = 8;  // blocks per thread, at most (grid_for)
 // NVFP4 with its own g over at most this many rows runs as one launch that holds all of its input
-// at once (the *_one_launch_kernel): a cooperative grid of CTAs of the two-launch grid's size (one
-// RMSNorm row group, or kSiluOneLaunchThreads output blocks), where the GPU holds every CTA at
-// once; else the zeroing and two grid-wide passes (docs/performance.md, "Fused producers").
+// at once (the *_one_launch_kernel): a cooperative grid of CTAs of one or more RMSNorm rows, or
+// of kSiluOneLaunchThreads or more output blocks (rms_one_launch_threads, silu_one_launch_threads),
+// where the GPU holds every CTA at once; else the zeroing and two grid-wide passes
+// (docs/performance.md, "Fused producers").
 // Both: a decode step or a prefill chunk (16-bit x: RMSNorm two CTAs per SM, 8 rows of 4096 an
 // SM; SiLU-mul two output blocks a thread).
 constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 1024;
@@ -35,6 +36,32 @@ constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 1024;
 // octet of y up to kSiluOctetsMaxOutputs outputs; NVFP4 with its own g one thread-block cluster
 // where one holds y, an octet a thread (docs/performance.md, "Fused producers").
 constexpr int64_t kSiluOctetsMaxOutputs = int64_t{1} << 21;
+
+// Threads per CTA of the one-launch RMSNorm grid: row groups of as many rows as leave about a CTA
+// per SM, within kRmsMaxRowThreads (at decode rows, a row a CTA). Every CTA takes part in the
+// exchange's grid barrier and reads every CTA's word after it, so fewer, larger CTAs make the
+// exchange cheaper once there are more CTAs than SMs (docs/performance.md, "Fused producers").
+int rms_one_launch_threads(int64_t rows, int row_threads) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  int rows_per_cta = std::max(1, kRmsMinThreads / row_threads);
+  while (rows_per_cta * 2 * row_threads <= kRmsMaxRowThreads && (rows + rows_per_cta * 2 - 1) / (rows_per_cta * 2) >= sms) {
+    rows_per_cta *= 2;
+  }
+  return rows_per_cta * row_threads;
+}
+
+// Threads per CTA of the one-launch SiLU-mul grid with `blocks_per_thread` output blocks a thread:
+// the most, up to kSiluOneLaunchMaxThreads, that leave at least a CTA per SM, for the exchange's
+// sake as in rms_one_launch_threads.
+int silu_one_launch_threads(int64_t num_blocks, int blocks_per_thread) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  int threads = kSiluOneLaunchThreads;
+  while (threads * 2 <= kSiluOneLaunchMaxThreads && (num_blocks + int64_t{blocks_per_thread} * threads * 2 - 1) /
+                                                           (int64_t{blocks_per_thread} * threads * 2) >= sms) {
+    threads *= 2;
+  }
+  return threads;
+}
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
 // one cooperative grid of just enough CTAs, with the exchange's words (one per CTA, on `options`'
@@ -190,9 +217,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
             using Index = decltype(scale_index);
             // A CTA per SM where the grid fits so; else, for 16-bit x, the instance that fits two.
             constexpr int kDense = kRmsCtasPerSm<T, kResidual, Nvfp4Source>;
+            const int one_threads = rms_one_launch_threads(rows, row_threads);
             const auto launch = [&](auto kernel) {
-              return launch_one_grid(kernel, rows, threads / row_threads, threads, smem, device, x.options(), stream,
-                                     first_pass, out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+              return launch_one_grid(kernel, rows, one_threads / row_threads, one_threads, rms_smem_bytes(one_threads), device,
+                                     x.options(), stream, first_pass, out.g.mutable_data_ptr<float>(), data, scales, scale_index);
             };
             launched = launch(rms_norm_quantize_one_launch_kernel<T, W, kResidual, Index, 1>);
             if constexpr (kDense > 1) {
@@ -285,9 +313,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
         using Index = decltype(scale_index);
         const auto launch = [&](auto kernel, int blocks_per_thread) {
-          return launch_one_grid(kernel, args.num_blocks, int64_t{blocks_per_thread} * kSiluOneLaunchThreads,
-                                 kSiluOneLaunchThreads, 0, x.get_device(), x.options(), stream, args,
-                                 out.g.mutable_data_ptr<float>(), data, scales, scale_index);
+          const int threads = blocks_per_thread == 1 ? kSiluOneLaunchThreads : silu_one_launch_threads(args.num_blocks, blocks_per_thread);
+          return launch_one_grid(kernel, args.num_blocks, int64_t{blocks_per_thread} * threads, threads, 0, x.get_device(),
+                                 x.options(), stream, args, out.g.mutable_data_ptr<float>(), data, scales, scale_index);
         };
         // One output block a thread where the grid fits so; else, for 16-bit x, two.
         launched = launch(silu_mul_quantize_one_launch_kernel<T, Index, 1>, 1);

@@ -572,11 +572,13 @@ __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uin
 // once. With one block a thread (kBlocksPerThread = 1) each thread keeps its y across the exchange.
 // With two (16-bit x: blocks u and u + the grid's threads, so that each load stays coalesced) it
 // keeps their inputs, 16 registers, and computes y again after the exchange (the same operations:
-// the same y), so that at most 64 registers a thread (four CTAs per SM) hold twice the blocks.
-constexpr int kSiluOneLaunchThreads = 256;
+// the same y), so that at most 64 registers a thread (1024 threads per SM) hold twice the blocks;
+// its CTAs have kSiluOneLaunchThreads to kSiluOneLaunchMaxThreads threads (the launcher's choice).
+constexpr int kSiluOneLaunchThreads = 256, kSiluOneLaunchMaxThreads = 1024;
 
 template <typename T, class ScaleIndex, int kBlocksPerThread>
-__global__ void __launch_bounds__(kSiluOneLaunchThreads, kBlocksPerThread == 1 ? 1 : 4) silu_mul_quantize_one_launch_kernel(
+__global__ void __launch_bounds__(kBlocksPerThread == 1 ? kSiluOneLaunchThreads : kSiluOneLaunchMaxThreads, 1)
+    silu_mul_quantize_one_launch_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   constexpr int kBlock = kNvfp4Block;
