@@ -10,6 +10,8 @@
 // | FP4OPS_HW_E4M3      | cvt f32 -> e4m3x2, cvt e4m3x2 -> f16x2              | sm_89 and later       |
 // | FP4OPS_HW_PDL       | griddepcontrol (programmatic dependent launch),     | sm_90 and later       |
 // |                     | cp.async.bulk.prefetch.L2                           |                       |
+// | FP4OPS_HW_CLUSTER   | thread-block clusters: barrier.cluster, mapa,       | sm_90 and later       |
+// |                     | st.async into a peer CTA's shared memory            |                       |
 // | FP4OPS_HW_WGMMA     | wgmma.mma_async (warpgroup MMA), fence.proxy.async  | sm_90a                |
 // | FP4OPS_HW_FP4       | cvt f32 -> e2m1x2, cvt e2m1x2 -> f16x2              | sm_100a, sm_103a,     |
 // |                     |                                                     | sm_120a, sm_121a, 'f' |
@@ -22,7 +24,10 @@
 //
 // FP4OPS_HW_WGMMA has no software path: the kernels that need it are launched only on compute
 // capability 9.0 in a build with an sm_90a pass (host code sees FP4OPS_BUILD_HAS_SM90A, which
-// _build.py defines for such builds), and in the other passes their bodies trap.
+// _build.py defines for such builds), and in the other passes their bodies trap. Nor has
+// FP4OPS_HW_CLUSTER: the one-cluster kernels are launched only on compute capability 9.0 and later
+// where the kernel's code has clusters (the launchers check its PTX version), and in the other
+// passes their bodies trap.
 #pragma once
 
 // Compute capability x 10, as _build.py's parse_cuda_archs counts it.
@@ -51,6 +56,7 @@
 
 #if __CUDA_ARCH__ >= 900
 #define FP4OPS_HW_PDL 1
+#define FP4OPS_HW_CLUSTER 1
 #endif
 
 // Hopper's warpgroup MMA exists in the arch-specific pass only (python/fp4ops/_build.py builds

@@ -152,6 +152,7 @@ constexpr int kSiluClusterThreads = 256, kSiluMaxClusterCtas = 8;
 // `rank` of CTA r's array with st.async, which counts its bytes on CTA r's mbarrier, and each CTA
 // reads its array once its own mbarrier has every word. A cluster of one CTA takes its own `m`:
 // st.async needs a peer CTA to store to.
+#if defined(FP4OPS_HW_CLUSTER)
 __device__ __forceinline__ uint32_t cluster_max(uint32_t m, uint32_t (&maxima)[kSiluMaxClusterCtas], uint32_t bar) {
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const unsigned ctas = cluster.num_blocks();
@@ -171,12 +172,13 @@ __device__ __forceinline__ uint32_t cluster_max(uint32_t m, uint32_t (&maxima)[k
   for (unsigned r = 0; r < ctas; ++r) all = max(all, maxima[r]);
   return all;
 }
+#endif  // FP4OPS_HW_CLUSTER
 
 template <typename T, class ScaleIndex>
 __global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(FP4OPS_HW_CLUSTER)
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
