@@ -72,6 +72,13 @@ __device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
   return v;
 }
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// `v`, as a value the compiler cannot see how to recompute: for per-thread constants of a hot loop
+// (swizzled shared offsets), which it would otherwise rebuild from the thread's indices in every
+// iteration instead of keeping one register (it does so even with registers to spare).
+__device__ __forceinline__ uint32_t kept_in_register(uint32_t v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
 
 // Named barrier over `threads` threads (ids 1..15; 0 is __syncthreads).
 __device__ __forceinline__ void group_barrier(int id, int threads) {

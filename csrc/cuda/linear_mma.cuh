@@ -189,32 +189,36 @@ struct LinearThread {
 
 // A lane's share of its warp's weight copies, step after step: two 16-byte units of codes and, on
 // lanes 0-15, one row's block scales of the step. Sources advance by a step's bytes; destinations
-// are fixed offsets within a stage. Rows past N read row N - 1 (never stored).
+// are fixed offsets within a stage: unit c of rows r and r + 8 (lane l: r = l / 4, c = l % 4), the
+// second 512 bytes after the first (the swizzle, w_unit_offset, is the same for both rows). Rows
+// past N read row N - 1 (never stored).
 template <class Layout>
 struct LinearWeightCopies {
+  static constexpr uint32_t kSecondRowsOffset = 8 * 64;
   const uint8_t* codes[2];
   const uint8_t* scales;
-  uint32_t codes_dst[2], scales_dst;
+  uint32_t codes_dst, scales_dst;
 
   __device__ __forceinline__ LinearWeightCopies(const LinearArgs& args, const LinearThread& th) {
     using Format = typename Layout::Format;
     const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
+    const int r = th.lane >> 2, c = th.lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int q = th.lane + 32 * h, r = q >> 2, c = q & 3;
-      const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+      const int64_t row = th.row0 + r + 8 * h < args.n ? th.row0 + r + 8 * h : args.n - 1;
       codes[h] = args.w_data + row * k_bytes + th.step_begin * 64 + c * 16;
-      codes_dst[h] = th.warp * Layout::kWCodeBytes + w_unit_offset(r, c);
     }
-    const int r = th.lane % kLinearTileRows;
-    const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
+    codes_dst = kept_in_register(th.warp * Layout::kWCodeBytes + w_unit_offset(r, c));
+    const int scale_r = th.lane % kLinearTileRows;
+    const int64_t row = th.row0 + scale_r < args.n ? th.row0 + scale_r : args.n - 1;
     scales = args.w_scales + row * k_blocks + th.step_begin * Layout::kBlocksPerStep;
-    scales_dst = static_cast<uint32_t>(Layout::w_scales_offset(th.warps)) + th.warp * Layout::kWScaleBytes + r * Layout::kBlocksPerStep;
+    scales_dst = kept_in_register(static_cast<uint32_t>(Layout::w_scales_offset(th.warps)) + th.warp * Layout::kWScaleBytes +
+                                  scale_r * Layout::kBlocksPerStep);
   }
   // Copies the next step into the stage at `stage` (shared address).
   __device__ __forceinline__ void issue_next(const LinearThread& th, uint32_t stage) {
-    cp_async_16_streaming(stage + codes_dst[0], codes[0]);
-    cp_async_16_streaming(stage + codes_dst[1], codes[1]);
+    cp_async_16_streaming(stage + codes_dst, codes[0]);
+    cp_async_16_streaming(stage + codes_dst + kSecondRowsOffset, codes[1]);
     if (th.lane < kLinearTileRows) cp_async_small<Layout::kBlocksPerStep>(stage + scales_dst, scales);
     codes[0] += 64, codes[1] += 64, scales += Layout::kBlocksPerStep;
   }
@@ -491,29 +495,33 @@ __device__ __forceinline__ float fma_by_e8m0_pair(float d, uint32_t ea, uint32_t
 }
 
 // NVFP4, one step of a warp's weight: per unit u and row half h (rows g, g + 8), the factor (block
-// scale x 2^kFactorExponent, LinearScaling) of the lane's block, from the step's scales at w_scales.
+// scale x 2^kFactorExponent, LinearScaling) of the lane's block, from the step's scales of row g at
+// scales_g (row g + 8's 8 codes 64 bytes after).
 template <class Scaling>
-__device__ __forceinline__ void nvfp4_lane_factors(const LinearThread& th, uint32_t w_scales, uint32_t nvfp4_selector,
-                                                   uint32_t (&factors)[4][2]) {
+__device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t nvfp4_selector, uint32_t (&factors)[4][2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t codes = lane_block_codes(lds_64(w_scales + (th.g + 8 * h) * 8), nvfp4_selector);
+    const uint32_t codes = lane_block_codes(lds_64(scales_g + 64 * h), nvfp4_selector);
     const float2 s01 = e4m3x2_to_float2(codes & 0xFFFFu), s23 = e4m3x2_to_float2(codes >> 16);
     factors[0][h] = Scaling::factor(s01.x), factors[1][h] = Scaling::factor(s01.y);
     factors[2][h] = Scaling::factor(s23.x), factors[3][h] = Scaling::factor(s23.y);
   }
 }
 
-// A lane's fixed offsets into its warp's weight stage: the ldmatrix rows of units 0-1 and 2-3
-// (lane l addresses row (l / 8 % 2) * 8 + l % 8 of unit u0 + l / 16, for u0 = 0 and 2), and the
-// selector of its NVFP4 block scales (lane_block_codes).
+// A lane's fixed offsets into a stage (kept in registers: the steps only add the stage's address):
+// the ldmatrix rows of its warp's units 0-1 and 2-3 (lane l addresses row (l / 8 % 2) * 8 + l % 8
+// of unit u0 + l / 16, for u0 = 0 and 2), its warp's block scales of row g, and the selector of its
+// NVFP4 block scales (lane_block_codes).
 struct LinearLaneOffsets {
-  uint32_t ldm0, ldm1, nvfp4_selector;
+  uint32_t ldm0, ldm1, scales_g, nvfp4_selector;
 };
+template <class Layout>
 __device__ __forceinline__ LinearLaneOffsets linear_lane_offsets(const LinearThread& th) {
   const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
-  const uint32_t half = th.t / 2;
-  return {w_unit_offset(ldm_row, ldm_unit), w_unit_offset(ldm_row, 2 + ldm_unit),
+  const uint32_t codes = th.warp * Layout::kWCodeBytes, half = th.t / 2;
+  return {kept_in_register(codes + w_unit_offset(ldm_row, ldm_unit)), kept_in_register(codes + w_unit_offset(ldm_row, 2 + ldm_unit)),
+          kept_in_register(static_cast<uint32_t>(Layout::w_scales_offset(th.warps)) + th.warp * Layout::kWScaleBytes +
+                           th.g * Layout::kBlocksPerStep),
           half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12};
 }
 
@@ -528,21 +536,19 @@ struct LinearAccumulators {
 template <class Layout>
 __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_step,
                                                     const uint32_t (&x_lane)[Layout::kTokens / 8][2],
-                                                    uint32_t ldm_offset0, uint32_t ldm_offset1,
-                                                    uint32_t nvfp4_selector, LinearAccumulators<Layout>& acc) {
+                                                    const LinearLaneOffsets& lane, LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
   using Scaling = LinearScaling<MmaT>;
   constexpr int kNt = Layout::kTokens / 8;
-  const uint32_t w_codes = stage + th.warp * Layout::kWCodeBytes;
-  const uint4 units01 = ldmatrix_x4(w_codes + ldm_offset0), units23 = ldmatrix_x4(w_codes + ldm_offset1);
+  const uint4 units01 = ldmatrix_x4(stage + lane.ldm0), units23 = ldmatrix_x4(stage + lane.ldm1);
   // words[u][h]: unit u of row g (h = 0) or g + 8 (h = 1).
   const uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
-  const uint32_t w_scales = stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes;
+  const uint32_t scales_g = stage + lane.scales_g;
 
   if constexpr (Layout::kNvfp4) {
     static_assert(!Layout::kFp4X, "NVFP4 x is decoded once per call (linear_decode_nvfp4_x_kernel)");
     uint32_t factors[4][2];
-    nvfp4_lane_factors<Scaling>(th, w_scales, nvfp4_selector, factors);
+    nvfp4_lane_factors<Scaling>(scales_g, lane.nvfp4_selector, factors);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
@@ -558,7 +564,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
   } else {
     // MXFP4: exact E2M1 values (fp16: times 2^kDecodeExponent), each unit one block.
     constexpr int kDecodeExponent = std::is_same_v<MmaT, __half> ? DenseOperand<__half>::kDecodeExponent : 0;
-    const uint32_t codes_g = lds_u32(w_scales + th.g * 4), codes_g8 = lds_u32(w_scales + (th.g + 8) * 4);
+    const uint32_t codes_g = lds_u32(scales_g), codes_g8 = lds_u32(scales_g + 8 * 4);
     [[maybe_unused]] uint32_t x_scale_codes[kNt][2];
     if constexpr (Layout::kFp4X) {
 #pragma unroll
@@ -660,7 +666,7 @@ __device__ __forceinline__ void linear_store_sums(const LinearArgs& args, const 
 // One CTA's K range, once the grid dependency wait is over: the ring, the main loop and the
 // stores of its sums (out, or the K range's partials).
 template <class Layout>
-__device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const LinearThread& th, int64_t count, uint8_t* smem) {
+__device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const LinearThread& th, int count, uint8_t* smem) {
   constexpr int kNt = Layout::kTokens / 8;
   const uint32_t ring = shared_address(smem);
   const size_t x_res_offset = Layout::smem_bytes(th.warps);
@@ -669,7 +675,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
   LinearWeightCopies<Layout> weight(args, th);
   [[maybe_unused]] LinearDenseXCopies<Layout> x_copies(args, th);  // the per-step kernel's dense x, <= 4 tiles
   uint32_t issue_stage = ring;  // the stage of step i + kLinearStages - 1 when step i is computed
-  const auto issue = [&](int64_t i) {
+  const auto issue = [&](int i) {
     if (i < count) {
       weight.issue_next(th, issue_stage);
       if constexpr (Layout::kFp4X) {
@@ -714,7 +720,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     x_lane[j][0] = row + 16 * th.t + parity, x_lane[j][1] = row + 16 * th.t - parity;
   }
 
-  const auto [ldm_offset0, ldm_offset1, nvfp4_selector] = linear_lane_offsets(th);
+  const LinearLaneOffsets lane = linear_lane_offsets<Layout>(th);
 
   LinearAccumulators<Layout> acc;
 #pragma unroll
@@ -722,7 +728,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 
   uint32_t stage = ring;
   uint32_t x_resident_step = ring + static_cast<uint32_t>(x_res_offset);  // resident x: step i of every row
-  for (int64_t i = 0; i < count; ++i) {
+  for (int i = 0; i < count; ++i) {
     cp_async_wait<kLinearStages - 2>();  // this thread's copies of step i have landed ...
     if constexpr (Layout::kXResident) {
       __syncwarp();                      // ... and the warp's (the ring holds only its own rows)
@@ -731,11 +737,10 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     }
     issue(i + kLinearStages - 1);
     if constexpr (Layout::kXResident) {
-      linear_compute_step<Layout>(th, stage, x_resident_step, x_lane, ldm_offset0, ldm_offset1, nvfp4_selector, acc);
+      linear_compute_step<Layout>(th, stage, x_resident_step, x_lane, lane, acc);
       x_resident_step += 256;
     } else {
-      linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, ldm_offset0,
-                                  ldm_offset1, nvfp4_selector, acc);
+      linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, lane, acc);
     }
     stage = stage + stage_bytes == ring_end ? ring : stage + stage_bytes;
   }
@@ -751,7 +756,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 // after (the K ranges' reduction, or the next layer) may launch from here on: it waits for this
 // grid to finish before it reads anything, and meanwhile prefetches its own.
 template <class Layout>
-__device__ __forceinline__ int64_t linear_kernel_begin(const LinearArgs& args, LinearThread& th) {
+__device__ __forceinline__ int linear_kernel_begin(const LinearArgs& args, LinearThread& th) {
   using Format = typename Layout::Format;
   th.lane = threadIdx.x % 32, th.warp = threadIdx.x / 32, th.warps = blockDim.x / 32;
   th.g = th.lane / 4, th.t = th.lane % 4;
@@ -759,10 +764,10 @@ __device__ __forceinline__ int64_t linear_kernel_begin(const LinearArgs& args, L
   th.token0 = static_cast<int64_t>(blockIdx.z) * Layout::kTokens;
   th.step_begin = args.steps * blockIdx.y / args.splits;
   th.step_end = args.steps * (blockIdx.y + 1) / args.splits;
-  const int64_t count = th.step_end - th.step_begin;
+  const int count = static_cast<int>(th.step_end - th.step_begin);  // at most range_steps, an int
 #if defined(FP4OPS_HW_PDL)
   {
-    const int64_t ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
+    const int ahead = count < args.prefetch_steps ? count : args.prefetch_steps;
     const int r = th.lane % kLinearTileRows;
     const int64_t row = th.row0 + r < args.n ? th.row0 + r : args.n - 1;
     if (th.lane < kLinearTileRows) {
@@ -790,7 +795,7 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
                 "kFixup: MXFP4 x decoded to bf16");
   extern __shared__ __align__(128) uint8_t smem[];
   LinearThread th;
-  const int64_t count = linear_kernel_begin<Layout>(args, th);
+  const int count = linear_kernel_begin<Layout>(args, th);
   if constexpr (kFixup) {
     int outside = 0;
     for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];

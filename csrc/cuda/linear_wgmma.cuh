@@ -133,18 +133,15 @@ struct LinearWgmmaLayout {
 // compiler cannot move the decode above it. By the end of a step, every group of the step before is
 // done, which frees that step's x for the next copy (linear_wgmma_cta's kAhead).
 template <class Layout>
-__device__ __forceinline__ void linear_wgmma_step(const LinearThread& th, uint32_t stage, uint32_t x_step, uint32_t ldm_offset0,
-                                                  uint32_t ldm_offset1, uint32_t nvfp4_selector, LinearAccumulators<Layout>& acc,
-                                                  uint32_t (&a)[4][2][4]) {
+__device__ __forceinline__ void linear_wgmma_step(uint32_t stage, uint32_t x_step, const LinearLaneOffsets& lane,
+                                                  LinearAccumulators<Layout>& acc, uint32_t (&a)[4][2][4]) {
 #if defined(FP4OPS_HW_WGMMA)
   using Scaling = LinearScaling<typename Layout::MmaT>;
   constexpr int kNt = Layout::kTokens / 8;
-  const uint32_t w_codes = stage + th.warp * Layout::kWCodeBytes;
-  const uint4 units01 = ldmatrix_x4(w_codes + ldm_offset0), units23 = ldmatrix_x4(w_codes + ldm_offset1);
+  const uint4 units01 = ldmatrix_x4(stage + lane.ldm0), units23 = ldmatrix_x4(stage + lane.ldm1);
   uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
   uint32_t factors[4][2];
-  nvfp4_lane_factors<Scaling>(th, stage + Layout::w_scales_offset(th.warps) + th.warp * Layout::kWScaleBytes, nvfp4_selector,
-                              factors);
+  nvfp4_lane_factors<Scaling>(stage + lane.scales_g, lane.nvfp4_selector, factors);
   const uint64_t x_descriptor = wgmma_swizzled_descriptor(x_step, 1024);
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
@@ -174,7 +171,7 @@ __device__ __forceinline__ void linear_wgmma_step(const LinearThread& th, uint32
 // a stage's x is written again only after the CTA barrier that every thread reaches once the MMAs
 // of the step that read it are done (linear_wgmma_step), one step after it.
 template <class Layout>
-__device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const LinearThread& th, int64_t count, uint8_t* smem) {
+__device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const LinearThread& th, int count, uint8_t* smem) {
 #if defined(FP4OPS_HW_WGMMA)
   const uint32_t ring = shared_address(smem), stage_bytes = Layout::stage_bytes(th.warps);
   const uint32_t ring_end = ring + Layout::ring_bytes(th.warps), x_resident = ring_end;
@@ -196,16 +193,16 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
   constexpr int kWeightAhead = kLinearStages - 1, kXAhead = kLinearStages - 2;
   LinearWeightCopies<Layout> weight(args, th);
   uint32_t weight_stage = ring, x_stage = ring;  // the stages of steps i + kWeightAhead and i + kXAhead
-  const auto issue_weight = [&](int64_t i) {
+  const auto issue_weight = [&](int i) {
     if (i < count) weight.issue_next(th, weight_stage);
     cp_async_commit();
     weight_stage = next_stage(weight_stage);
   };
-  [[maybe_unused]] const auto issue_x = [&](int64_t i) {
+  [[maybe_unused]] const auto issue_x = [&](int i) {
     if (i < count && threadIdx.x == 0) {
       const uint32_t bar = barriers + 8 * static_cast<uint32_t>(i % kLinearStages);
       mbarrier_arrive_expect_tx(bar, Layout::kXStepBytes);
-      bulk_copy_to_shared(x_stage + Layout::x_offset(th.warps), x_image + i * Layout::kXStepBytes, Layout::kXStepBytes, bar);
+      bulk_copy_to_shared(x_stage + Layout::x_offset(th.warps), x_image + static_cast<int64_t>(i) * Layout::kXStepBytes, Layout::kXStepBytes, bar);
     }
     x_stage = next_stage(x_stage);
   };
@@ -218,7 +215,7 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
     for (int i = 0; i < kXAhead; ++i) issue_x(i);
   }
 
-  const auto [ldm_offset0, ldm_offset1, nvfp4_selector] = linear_lane_offsets(th);
+  const LinearLaneOffsets lane = linear_lane_offsets<Layout>(th);
 
   LinearAccumulators<Layout> acc;
 #pragma unroll
@@ -226,20 +223,18 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
   uint32_t fragments[4][2][4];  // the MMAs' A operands, in flight across steps (linear_wgmma_step)
 
   uint32_t stage = ring;
-  for (int64_t i = 0; i < count; ++i) {
+  for (int i = 0; i < count; ++i) {
     cp_async_wait<kWeightAhead - 1>();  // this thread's weight copies of step i have landed ...
     if constexpr (Layout::kXResident) {
       __syncwarp();  // ... and the warp's (the ring holds only its own rows)
       issue_weight(i + kWeightAhead);
-      linear_wgmma_step<Layout>(th, stage, x_resident + static_cast<uint32_t>(i) * Layout::kXStepBytes, ldm_offset0, ldm_offset1,
-                                nvfp4_selector, acc, fragments);
+      linear_wgmma_step<Layout>(stage, x_resident + static_cast<uint32_t>(i) * Layout::kXStepBytes, lane, acc, fragments);
     } else {
       __syncthreads();  // ... and every thread's; every MMA of step i - 2 is done, so its x is free
       issue_weight(i + kWeightAhead);
       issue_x(i + kXAhead);
       mbarrier_wait(barriers + 8 * static_cast<uint32_t>(i % kLinearStages), static_cast<uint32_t>(i / kLinearStages) & 1);
-      linear_wgmma_step<Layout>(th, stage, stage + Layout::x_offset(th.warps), ldm_offset0, ldm_offset1, nvfp4_selector, acc,
-                                fragments);
+      linear_wgmma_step<Layout>(stage, stage + Layout::x_offset(th.warps), lane, acc, fragments);
     }
     stage = next_stage(stage);
   }
@@ -259,7 +254,7 @@ __global__ void __launch_bounds__(256, 2) linear_wgmma_kernel(LinearArgs args) {
   using Layout = LinearWgmmaLayout<XT, kNt, kResident>;
   extern __shared__ __align__(1024) uint8_t smem_1k[];
   LinearThread th;
-  const int64_t count = linear_kernel_begin<Layout>(args, th);
+  const int count = linear_kernel_begin<Layout>(args, th);
   linear_wgmma_cta<Layout>(args, th, count, smem_1k);
 #else
   __trap();
