@@ -123,6 +123,47 @@ inline void allow_dynamic_smem(Kernel kernel, size_t smem, int device) {
   current = smem;
 }
 
+// The dynamic shared memory to launch `kernel` with (`smem` or more, allowed as allow_dynamic_smem)
+// so that no SM holds more than ceil(ctas / SMs) of the grid's `ctas` CTAs of `threads` threads,
+// where more would fit: the CTAs of a one-wave grid then spread over the SMs one per SM in turn.
+// Otherwise the block scheduler may stack them up to the occupancy limit on the SMs that free first
+// (a programmatic dependent launches while the kernel before still runs), and the SMs with the most
+// CTAs set the kernel's time. A grid of more waves keeps `smem`. Cached per kernel, device, block,
+// `smem` and `ctas` (the occupancy queries cost microseconds of host time).
+template <typename Kernel>
+inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, int64_t ctas, int device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, ctas));
+    if (it != cache.end()) return it->second;
+  }
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
+  const int64_t per_sm = (ctas + prop->multiProcessorCount - 1) / prop->multiProcessorCount;
+  allow_dynamic_smem(kernel, smem, device);
+  int natural = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, threads, smem));
+  size_t chosen = smem;
+  if (natural > per_sm) {
+    // per_sm + 1 CTAs of this size (with the per-CTA reserve and static shared memory) overflow an SM.
+    cudaFuncAttributes attributes{};
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    const size_t per_cta = prop->sharedMemPerMultiprocessor / (per_sm + 1) + 1;
+    const size_t overhead = prop->reservedSharedMemPerBlock + attributes.sharedSizeBytes;
+    if (per_cta > overhead + smem && per_cta - overhead <= prop->sharedMemPerBlockOptin) {
+      const size_t spread = per_cta - overhead;
+      allow_dynamic_smem(kernel, spread, device);
+      int capped = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&capped, kernel, threads, spread));
+      if (capped == per_sm) chosen = spread;
+    }
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, ctas), chosen);
+  return chosen;
+}
+
 // pdl_launch.cuh's programmatic dependent launch, with torch's error check.
 template <typename... KernelArgs, typename... Args>
 void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,

@@ -151,8 +151,8 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   if constexpr (kResident) args.live_tokens = static_cast<int>(std::min<int64_t>(args.m, Layout::kTokens));  // the most a CTA stages
   size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
   if constexpr (kFixup) smem = std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps));
-  allow_dynamic_smem(kernel, smem, device);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
+  smem = spreading_dynamic_smem(kernel, warps * 32, smem, static_cast<int64_t>(grid.x) * grid.y * grid.z, device);
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
 
@@ -199,9 +199,9 @@ void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device
   const auto kernel = linear_wgmma_kernel<XT, kNt, kResident>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks, false);
-  const size_t smem = Layout::smem_bytes(warps, args.range_steps);
-  allow_dynamic_smem(kernel, smem, device);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
+  const size_t smem = spreading_dynamic_smem(kernel, warps * 32, Layout::smem_bytes(warps, args.range_steps),
+                                             static_cast<int64_t>(grid.x) * grid.y * grid.z, device);
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
 
