@@ -128,8 +128,10 @@ inline void allow_dynamic_smem(Kernel kernel, size_t smem, int device) {
 // where more would fit: the CTAs of a one-wave grid then spread over the SMs one per SM in turn.
 // Otherwise the block scheduler may stack them up to the occupancy limit on the SMs that free first
 // (a programmatic dependent launches while the kernel before still runs), and the SMs with the most
-// CTAs set the kernel's time. A grid of more waves keeps `smem`. Cached per kernel, device, block,
-// `smem` and `ctas` (the occupancy queries cost microseconds of host time).
+// CTAs set the kernel's time. A grid of more waves keeps `smem`. The larger request also leaves
+// less room for the next kernel's early CTAs, which some small grids pay for (docs/performance.md,
+// "Linear: dispatch and bounds"). Cached per kernel, device, block, `smem` and `ctas` (the
+// occupancy queries cost microseconds of host time).
 template <typename Kernel>
 inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, int64_t ctas, int device) {
   static std::mutex mutex;
