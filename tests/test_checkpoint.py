@@ -166,20 +166,25 @@ def test_fused_groups_share_one_global_scale_from_their_joint_amax(tmp_path, lay
     with safe_open(str(dst), framework="pt") as f:
         stored = {name: f.get_tensor(name[: -len("weight")] + list(LAYOUT_TENSORS["nvfp4", layout])[2]) for name in original
                   if name[: -len("weight")] + list(LAYOUT_TENSORS["nvfp4", layout])[2] in f.keys()}
+
+    def layout_global_scale(amax: torch.Tensor) -> torch.Tensor:
+        """The decode scale the layout quantizes with for this amax. ModelOpt stores g itself;
+        compressed-tensors a reciprocal whose decode matches g's (g moved up an ulp or two where g
+        has no exact reciprocal)."""
+        g = torch.where(amax == 0, torch.ones(()), amax / torch.tensor(2688.0))
+        return g if layout == "modelopt" else compressed_tensors_global_scale(g)
+
     for group in GROUPS:
-        joint = max(fp4ops.amax(original[name]) for name in group)
-        g = torch.where(joint == 0, torch.ones(()), joint / torch.tensor(2688.0))
-        # ModelOpt stores g itself; compressed-tensors a reciprocal whose decode matches g's (g moved
-        # up an ulp or two where none exists).
-        g = g if layout == "modelopt" else compressed_tensors_global_scale(g)
+        g = layout_global_scale(max(fp4ops.amax(original[name]) for name in group))
         expected = g if layout == "modelopt" else reciprocal_global_scale(g)
         for name in group:
             q = loaded[name]
             assert torch.equal(stored[name].view(torch.int32), expected.view(torch.int32)), name
             again = fp4ops.quantize_nvfp4(original[name], g)
             assert torch.equal(q.data, again.data) and torch.equal(q.scales.view(torch.uint8), again.scales.view(torch.uint8))
-    alone = "model.layers.0.mlp.down_proj.weight"  # in no group: its own amax
-    assert torch.equal(loaded[alone].dequantize(), fp4ops.quantize_nvfp4(original[alone]).dequantize())
+    alone = "model.layers.0.mlp.down_proj.weight"  # in no group: its own amax (moved like a group's)
+    own = fp4ops.quantize_nvfp4(original[alone], layout_global_scale(fp4ops.amax(original[alone])))
+    assert torch.equal(loaded[alone].dequantize(), own.dequantize())
     # The one-expert-per-group rule: the two experts' pairs have different scales.
     assert not torch.equal(loaded[GROUPS[2][0]].global_scale, loaded[GROUPS[3][0]].global_scale)
 
