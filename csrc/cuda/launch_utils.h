@@ -88,11 +88,12 @@ inline unsigned grid_for(int64_t work_items, int threads_per_block,
   return static_cast<unsigned>(std::max<int64_t>(1, std::min({wanted, blocks, kMaxGrid})));
 }
 
-// CTAs of `kernel` resident on the whole GPU at once (occupancy times SMs), cached per kernel,
-// device, block size and shared-memory size (the occupancy query costs a few microseconds of host
-// time, too much to repeat on every launch).
+// CTAs of `kernel` one SM holds at once with `threads` threads and `smem` bytes of dynamic shared
+// memory (0 where none fits), cached per kernel, device, block size and shared-memory size (the
+// occupancy query costs a few microseconds of host time, too much to repeat on every launch). Past
+// 48 KB the kernel must be allowed `smem` first (allow_dynamic_smem).
 template <typename Kernel>
-inline int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device) {
+inline int ctas_per_sm(Kernel kernel, int threads, size_t smem, size_t device) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, size_t, int, size_t>, int> cache;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -100,9 +101,14 @@ inline int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device)
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const int resident = std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  cache.emplace(key, resident);
-  return resident;
+  cache.emplace(key, per_sm);
+  return per_sm;
+}
+
+// CTAs of `kernel` resident on the whole GPU at once (occupancy times SMs; at least one per SM).
+template <typename Kernel>
+inline int resident_ctas(Kernel kernel, int threads, size_t smem, size_t device) {
+  return std::max(1, ctas_per_sm(kernel, threads, smem, device)) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 }
 
 // Lets `kernel` launch with `smem` bytes of dynamic shared memory on `device`: past 48 KB of shared
@@ -144,10 +150,8 @@ inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, in
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
   const int64_t per_sm = (ctas + prop->multiProcessorCount - 1) / prop->multiProcessorCount;
   allow_dynamic_smem(kernel, smem, device);
-  int natural = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, threads, smem));
   size_t chosen = smem;
-  if (natural > per_sm) {
+  if (ctas_per_sm(kernel, threads, smem, device) > per_sm) {
     // per_sm + 1 CTAs of this size (with the per-CTA reserve and static shared memory) overflow an SM.
     cudaFuncAttributes attributes{};
     C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
@@ -156,9 +160,7 @@ inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, in
     if (per_cta > overhead + smem && per_cta - overhead <= prop->sharedMemPerBlockOptin) {
       const size_t spread = per_cta - overhead;
       allow_dynamic_smem(kernel, spread, device);
-      int capped = 0;
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&capped, kernel, threads, spread));
-      if (capped == per_sm) chosen = spread;
+      if (ctas_per_sm(kernel, threads, spread, device) == per_sm) chosen = spread;
     }
   }
   const std::lock_guard<std::mutex> lock(mutex);

@@ -24,14 +24,25 @@ namespace fp4ops::cuda {
 namespace {
 
 // Warps (16 weight rows each) per CTA: 8, so that a CTA's copy of x serves 128 rows, or 4 where 8
-// would leave SMs without a CTA (small N). With one column tile (at most 8 rows) also 4 where the
-// 8-warp grid fills less than 4/5 of the SMs in its last round (192 CTAs for 132 SMs: 60 SMs run
-// two while 72 run one). The summation order does not depend on it.
-int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool one_column_tile) {
+// would leave SMs without a CTA (small N). The summation order does not depend on it.
+int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t ctas = (tiles + 7) / 8 * splits * row_chunks, slots = (ctas + sms - 1) / sms * sms;
-  if (ctas < sms) return 4;
-  return one_column_tile && ctas * 5 < slots * 4 ? 4 : 8;
+  return (tiles + 7) / 8 * splits * row_chunks < sms ? 4 : 8;
+}
+
+// With one column tile (at most 8 rows of x), also 4 where that leaves the busiest SM fewer warps
+// and the 4-warp grid still runs in one wave (`per_sm(4)`: the 4-warp CTAs an SM holds). The
+// launchers spread a one-wave grid ceil(CTAs / SMs) to an SM (spreading_dynamic_smem), and the SMs
+// with the most warps set the kernel's time: 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs
+// and 24 on the rest; 896 of 4 put 28 on 104 and 24 on 28.
+template <typename PerSm>
+int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, PerSm&& per_sm) {
+  const int warps = linear_warps_per_cta(tiles, splits, row_chunks);
+  if (warps == 4) return 4;
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t busiest8 = ((tiles + 7) / 8 * splits * row_chunks + sms - 1) / sms;
+  const int64_t busiest4 = ((tiles + 3) / 4 * splits * row_chunks + sms - 1) / sms;
+  return busiest4 * 4 < busiest8 * 8 && per_sm(4) >= busiest4 ? 4 : 8;
 }
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
@@ -147,10 +158,18 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
   const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup, kRowChunks>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks, kNt == 1);
   if constexpr (kResident) args.live_tokens = static_cast<int>(std::min<int64_t>(args.m, Layout::kTokens));  // the most a CTA stages
-  size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
-  if constexpr (kFixup) smem = std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps));
+  const auto smem_for = [&](int warps) {
+    const size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
+    return kFixup ? std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps)) : smem;
+  };
+  const auto per_sm = [&](int warps) {
+    allow_dynamic_smem(kernel, smem_for(warps), device);
+    return ctas_per_sm(kernel, warps * 32, smem_for(warps), static_cast<size_t>(device));
+  };
+  const int warps = kNt == 1 ? linear_warps_per_cta(tiles, args.splits, row_chunks, per_sm)
+                             : linear_warps_per_cta(tiles, args.splits, row_chunks);
+  size_t smem = smem_for(warps);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   smem = spreading_dynamic_smem(kernel, warps * 32, smem, static_cast<int64_t>(grid.x) * grid.y * grid.z, device);
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
@@ -198,7 +217,7 @@ void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device
   using Layout = LinearWgmmaLayout<XT, kNt, kResident>;
   const auto kernel = linear_wgmma_kernel<XT, kNt, kResident>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks, false);
+  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   const size_t smem = spreading_dynamic_smem(kernel, warps * 32, Layout::smem_bytes(warps, args.range_steps),
                                              static_cast<int64_t>(grid.x) * grid.y * grid.z, device);

@@ -37,30 +37,30 @@ constexpr int64_t kRmsOneLaunchMaxRows = 1024, kSiluOneLaunchMaxRows = 1024;
 // where one holds y, an octet a thread (docs/performance.md, "Fused producers").
 constexpr int64_t kSiluOctetsMaxOutputs = int64_t{1} << 21;
 
-// Threads per CTA of the one-launch RMSNorm grid: row groups of as many rows as leave about a CTA
-// per SM, within kRmsMaxRowThreads (at decode rows, a row a CTA). Every CTA takes part in the
-// exchange's grid barrier and reads every CTA's word after it, so fewer, larger CTAs make the
-// exchange cheaper once there are more CTAs than SMs (docs/performance.md, "Fused producers").
-int rms_one_launch_threads(int64_t rows, int row_threads) {
+// Threads per CTA of a one-launch grid over `work` units (rows or output blocks), a CTA of t
+// threads taking units_per_cta(t) of them: the most, doubling from `threads` up to `max_threads`,
+// that leave at least a CTA per SM. Every CTA takes part in the exchange's grid barrier and reads
+// every CTA's word after it, so fewer, larger CTAs make the exchange cheaper once there are more
+// CTAs than SMs (docs/performance.md, "Fused producers").
+template <typename UnitsPerCta>
+int one_launch_threads(int64_t work, int threads, int max_threads, UnitsPerCta&& units_per_cta) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  int rows_per_cta = std::max(1, kRmsMinThreads / row_threads);
-  while (rows_per_cta * 2 * row_threads <= kRmsMaxRowThreads && (rows + rows_per_cta * 2 - 1) / (rows_per_cta * 2) >= sms) {
-    rows_per_cta *= 2;
-  }
-  return rows_per_cta * row_threads;
+  while (threads * 2 <= max_threads && (work + units_per_cta(threads * 2) - 1) / units_per_cta(threads * 2) >= sms) threads *= 2;
+  return threads;
 }
 
-// Threads per CTA of the one-launch SiLU-mul grid with `blocks_per_thread` output blocks a thread:
-// the most, up to kSiluOneLaunchMaxThreads, that leave at least a CTA per SM, for the exchange's
-// sake as in rms_one_launch_threads.
+// The one-launch RMSNorm grid: row groups of as many rows as leave about a CTA per SM, within
+// kRmsMaxRowThreads (at decode rows, a row a CTA).
+int rms_one_launch_threads(int64_t rows, int row_threads) {
+  return one_launch_threads(rows, std::max(row_threads, kRmsMinThreads), kRmsMaxRowThreads,
+                            [&](int threads) { return int64_t{threads / row_threads}; });
+}
+
+// The one-launch SiLU-mul grid with `blocks_per_thread` output blocks a thread: from
+// kSiluOneLaunchThreads up to kSiluOneLaunchMaxThreads.
 int silu_one_launch_threads(int64_t num_blocks, int blocks_per_thread) {
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  int threads = kSiluOneLaunchThreads;
-  while (threads * 2 <= kSiluOneLaunchMaxThreads && (num_blocks + int64_t{blocks_per_thread} * threads * 2 - 1) /
-                                                           (int64_t{blocks_per_thread} * threads * 2) >= sms) {
-    threads *= 2;
-  }
-  return threads;
+  return one_launch_threads(num_blocks, kSiluOneLaunchThreads, kSiluOneLaunchMaxThreads,
+                            [&](int threads) { return int64_t{blocks_per_thread} * threads; });
 }
 
 // Launches a one-launch kernel over `work` units (rows or blocks), `per_cta` of them per CTA, as
