@@ -30,17 +30,23 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
   return (tiles + 7) / 8 * splits * row_chunks < sms ? 4 : 8;
 }
 
-// With one column tile (at most 8 rows of x), also 4 where that leaves the busiest SM fewer warps
-// and the 4-warp grid still runs in one wave (`per_sm(4)`: the 4-warp CTAs an SM holds). The
-// launchers spread a one-wave grid ceil(CTAs / SMs) to an SM (spreading_dynamic_smem), and the SMs
-// with the most warps set the kernel's time: 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs
-// and 24 on the rest; 896 of 4 put 28 on 104 and 24 on 28.
+// With one column tile (at most 8 rows of x), also 4 where the 8-warp grid leaves the SMs
+// unevenly loaded. The launchers spread a one-wave grid ceil(CTAs / SMs) to an SM
+// (spreading_dynamic_smem), and where the loop is issue-bound the SMs with the most warps set the
+// kernel's time. MXFP4 (a loop that scales every block's sums in fp32): wherever 4-warp CTAs leave
+// the busiest SM fewer warps and still run in one wave (`per_sm(4)`: the 4-warp CTAs an SM holds),
+// e.g. 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs, 896 of 4 put 28 on 104. NVFP4 (fewer
+// instructions a step): only where the 8-warp grid fills less than 4/5 of the SMs in its last round
+// (192 CTAs put 16 warps on 60 SMs and 8 on 72); at 448 CTAs 4 warps gained on one GPU and lost on
+// another, where twice the CTAs each staging x cost more (docs/performance.md, "Linear: dispatch
+// and bounds").
 template <typename PerSm>
-int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, PerSm&& per_sm) {
+int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool nvfp4, PerSm&& per_sm) {
   const int warps = linear_warps_per_cta(tiles, splits, row_chunks);
   if (warps == 4) return 4;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t busiest8 = ((tiles + 7) / 8 * splits * row_chunks + sms - 1) / sms;
+  const int64_t ctas8 = (tiles + 7) / 8 * splits * row_chunks, busiest8 = (ctas8 + sms - 1) / sms;
+  if (nvfp4) return ctas8 * 5 < busiest8 * sms * 4 ? 4 : 8;
   const int64_t busiest4 = ((tiles + 3) / 4 * splits * row_chunks + sms - 1) / sms;
   return busiest4 * 4 < busiest8 * 8 && per_sm(4) >= busiest4 ? 4 : 8;
 }
@@ -167,7 +173,7 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
     allow_dynamic_smem(kernel, smem_for(warps), device);
     return ctas_per_sm(kernel, warps * 32, smem_for(warps), static_cast<size_t>(device));
   };
-  const int warps = kNt == 1 ? linear_warps_per_cta(tiles, args.splits, row_chunks, per_sm)
+  const int warps = kNt == 1 ? linear_warps_per_cta(tiles, args.splits, row_chunks, Layout::kNvfp4, per_sm)
                              : linear_warps_per_cta(tiles, args.splits, row_chunks);
   size_t smem = smem_for(warps);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
