@@ -36,10 +36,9 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
 // kernel's time. MXFP4 (a loop that scales every block's sums in fp32): wherever 4-warp CTAs leave
 // the busiest SM fewer warps and still run in one wave (`per_sm(4)`: the 4-warp CTAs an SM holds),
 // e.g. 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs, 896 of 4 put 28 on 104. NVFP4 (fewer
-// instructions a step): only where the 8-warp grid fills less than 4/5 of the SMs in its last round
-// (192 CTAs put 16 warps on 60 SMs and 8 on 72); at 448 CTAs 4 warps gained on one GPU and lost on
-// another, where twice the CTAs each staging x cost more (docs/performance.md, "Linear: dispatch
-// and bounds").
+// instructions a step, so less to gain against twice the CTAs each staging x): only where the
+// 8-warp grid fills less than 4/5 of the SMs in its last round (192 CTAs put 16 warps on 60 SMs
+// and 8 on 72). Measurements: docs/performance.md, "Linear: dispatch and bounds".
 template <typename PerSm>
 int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool nvfp4, PerSm&& per_sm) {
   const int warps = linear_warps_per_cta(tiles, splits, row_chunks);
