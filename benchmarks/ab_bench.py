@@ -21,7 +21,8 @@ What it does:
 4. prints and writes <out>/ab_summary.md: the suite's every fp4ops row at 2^26 elements or more
    (every GEMV shape), % of its run's ceiling and the median / fastest call in us, one column per
    run; the decode stream's FP4 layer time per case (us per layer), one column per run, and new's
-   speed-up over base (the fastest run of each side).
+   speed-up over base (the fastest run of each side), then the Llama-3.1-8B stack's FP4 tokens/s
+   per batch where the runs timed it (new's gain from each side's best run).
 
 Alternating the sides in one session on one GPU is what makes a few points of difference
 readable: runs on other days or machines move by as much (docs/performance.md, "Method notes").
@@ -111,24 +112,42 @@ def summarize(runs: dict[str, pathlib.Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def best_of_sides(values: dict[str, float], pick) -> str:
+    """new's figure over base's, each side's best run chosen by `pick` (min for times, max for
+    rates) and the ratio oriented so that above 1 means new is better; '-' where a side is missing."""
+    best = {side: pick((v for name, v in values.items() if name.startswith(side)), default=None) for side in ("new", "base")}
+    if None in best.values():
+        return "-"
+    return f"{best['base'] / best['new']:.3f}x" if pick is min else f"{best['new'] / best['base']:.3f}x"
+
+
 def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
     """Markdown: one row per decode-stream case (shape, format, x, rows), the FP4 layer's time per
     layer in us for each run, then new's speed-up over base from each side's fastest run ('-' where
-    a side lacks the case)."""
-    table: dict[tuple, dict[str, float]] = {}
+    a side lacks the case); where the runs timed the Llama-3.1-8B stack, a second table of its FP4
+    tokens/s per (format, x, batch), with new's gain over base from each side's best run."""
+    layers: dict[tuple, dict[str, float]] = {}
+    llama: dict[tuple, dict[str, float]] = {}
     for name, run_dir in runs.items():
         (result_file,) = sorted(run_dir.glob("decode_*.json"))
-        for row in json.loads(result_file.read_text())["rows"]:
-            key = (row["n"], row["k"], row["format"], row["dtype"], row["rows"])
-            table.setdefault(key, {})[name] = row["fp4_us"]
+        result = json.loads(result_file.read_text())
+        for row in result["rows"]:
+            layers.setdefault((row["n"], row["k"], row["format"], row["dtype"], row["rows"]), {})[name] = row["fp4_us"]
+        for row in result.get("llama", []):
+            llama.setdefault((row["format"], row["dtype"], row["rows"]), {})[name] = row["fp4_tokens_per_s"]
     header = ["N x K", "format", "x", "rows", *runs, "new / base"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for key in sorted(table):
-        times = table[key]
-        best = {side: min((us for name, us in times.items() if name.startswith(side)), default=None) for side in ("new", "base")}
-        ratio = f"{best['base'] / best['new']:.3f}x" if None not in best.values() else "-"
+    for key in sorted(layers):
+        times = layers[key]
         cells = [f"{times[name]:.2f}" if name in times else "-" for name in runs]
-        lines.append("| " + " | ".join([f"{key[0]} x {key[1]}", key[2], key[3], str(key[4]), *cells, ratio]) + " |")
+        lines.append("| " + " | ".join([f"{key[0]} x {key[1]}", key[2], key[3], str(key[4]), *cells, best_of_sides(times, min)]) + " |")
+    if llama:
+        header = ["format", "x", "batch", *runs, "new / base"]
+        lines += ["", "Llama-3.1-8B stack, FP4 tokens/s:", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for key in sorted(llama):
+            rates = llama[key]
+            cells = [f"{rates[name]:.0f}" if name in rates else "-" for name in runs]
+            lines.append("| " + " | ".join([key[0], key[1], str(key[2]), *cells, best_of_sides(rates, max)]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -92,10 +92,11 @@ def test_rounds_must_be_positive(tmp_path):
         ab_bench.main(["--base", "HEAD", "--rounds", "0", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
 
 
-def write_decode_run(run_dir: pathlib.Path, cases: list[tuple]) -> None:
+def write_decode_run(run_dir: pathlib.Path, cases: list[tuple], llama: list[tuple] = ()) -> None:
     run_dir.mkdir(parents=True)
     rows = [{"n": n, "k": k, "format": fmt, "dtype": dtype, "rows": m, "fp4_us": us} for n, k, fmt, dtype, m, us in cases]
-    (run_dir / "decode_ab.json").write_text(json.dumps({"rows": rows}))
+    stack = [{"format": fmt, "dtype": dtype, "rows": m, "fp4_tokens_per_s": rate} for fmt, dtype, m, rate in llama]
+    (run_dir / "decode_ab.json").write_text(json.dumps({"rows": rows, "llama": stack}))
 
 
 def test_decode_summary_gives_each_runs_time_and_the_best_of_each_side(tmp_path):
@@ -109,6 +110,22 @@ def test_decode_summary_gives_each_runs_time_and_the_best_of_each_side(tmp_path)
     assert lines[2:] == [
         f"| 4096 x 4096 | mxfp4 | bfloat16 | 16 | 10.93 | 14.57 | 11.20 | 14.40 | {14.40 / 10.93:.3f}x |",
         f"| 4096 x 4096 | nvfp4 | bfloat16 | 1 | 7.60 | 7.40 | 7.50 | - | {7.40 / 7.50:.3f}x |",
+    ]
+
+
+def test_decode_summary_gives_the_llama_stacks_tokens_per_second_and_the_gain(tmp_path):
+    runs = {name: tmp_path / name for name in ["new1", "base1", "new2", "base2"]}
+    case = [(4096, 4096, "nvfp4", "bfloat16", 1, 7.60)]
+    write_decode_run(runs["new1"], case, [("nvfp4", "bfloat16", 1, 415.2), ("mxfp4", "bfloat16", 16, 4290.0)])
+    write_decode_run(runs["base1"], case, [("nvfp4", "bfloat16", 1, 408.0), ("mxfp4", "bfloat16", 16, 4298.4)])
+    write_decode_run(runs["new2"], case, [("nvfp4", "bfloat16", 1, 414.6), ("mxfp4", "bfloat16", 16, 4303.0)])
+    write_decode_run(runs["base2"], case, [("nvfp4", "bfloat16", 1, 409.0)])  # a batch missing on one run
+    lines = ab_bench.summarize_decode(runs).splitlines()
+    start = lines.index("Llama-3.1-8B stack, FP4 tokens/s:")
+    assert lines[start + 2] == "| format | x | batch | new1 | base1 | new2 | base2 | new / base |"
+    assert lines[start + 4:] == [
+        f"| mxfp4 | bfloat16 | 16 | 4290 | 4298 | 4303 | - | {4303.0 / 4298.4:.3f}x |",
+        f"| nvfp4 | bfloat16 | 1 | 415 | 408 | 415 | 409 | {415.2 / 409.0:.3f}x |",
     ]
 
 
