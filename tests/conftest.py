@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,6 +50,16 @@ def fresh_seed():
     torch.manual_seed(seed)
     print(f"seed={seed} (replay with FP4OPS_TEST_SEED={seed})")
     return seed
+
+
+def load_tool(name: str):
+    """tools/<name>.py as a module (the tools are scripts, not a package), registered under its
+    name so that its dataclasses can look their module up."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def cuda_has_kernel(op_name: str) -> bool:

@@ -3,23 +3,13 @@ and a changed or missing output is named."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import torch
 
-TOOL = pathlib.Path(__file__).resolve().parents[1] / "tools" / "bitwise_ab.py"
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("bitwise_ab", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_tool
 
 
 def test_save_then_compare_finds_every_output_equal_and_names_a_changed_one(tmp_path, capsys):
-    tool = load_tool()
+    tool = load_tool("bitwise_ab")
     path = tmp_path / "outputs.pt"
     assert tool.main(["save", str(path), "--device", "cpu"]) == 0
     saved = torch.load(path)
@@ -40,7 +30,7 @@ def test_save_then_compare_finds_every_output_equal_and_names_a_changed_one(tmp_
 
 
 def test_same_bits_tells_negative_zero_and_nan_payloads_apart():
-    tool = load_tool()
+    tool = load_tool("bitwise_ab")
     assert tool.same_bits(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]))
     assert not tool.same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
     quiet, other = torch.tensor([0x7FC00000], dtype=torch.int32), torch.tensor([0x7FC00001], dtype=torch.int32)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,22 +13,10 @@ import pytest
 import torch
 
 import fp4ops
+from conftest import load_tool
 
 
-def find_tool(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    candidates = [Path(CUDA_HOME or "/usr/local/cuda") / "bin" / name]
-    try:  # the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels
-        import nvidia
-
-        candidates += [Path(p) / sub / "bin" / name for p in nvidia.__path__ for sub in ("cu13", "cu12", "")]
-    except ImportError:
-        pass
-    return next((str(c) for c in candidates if c.exists()), None)
+find_tool = load_tool("sass_loops").find_tool
 
 
 def extension_binary() -> Path | None:

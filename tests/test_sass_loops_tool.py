@@ -3,21 +3,9 @@ sm_90a build exist (no GPU needed), in the linear kernels' machine code."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import pytest
 
-TOOL = pathlib.Path(__file__).resolve().parents[1] / "tools" / "sass_loops.py"
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("sass_loops", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_tool
 
 
 LISTING = """
@@ -38,7 +26,7 @@ LISTING = """
 
 
 def test_the_longest_backward_branch_over_a_tensor_core_instruction_is_the_loop():
-    tool = load_tool()
+    tool = load_tool("sass_loops")
     functions = tool.parse_functions(LISTING)
     assert set(functions) == {"_Z6kernelv", "_Z5otherv"}
     body = tool.main_loop(functions["_Z6kernelv"])
@@ -48,7 +36,7 @@ def test_the_longest_backward_branch_over_a_tensor_core_instruction_is_the_loop(
 
 
 def extension_with_sm90a():
-    tool = load_tool()
+    tool = load_tool("sass_loops")
     cuobjdump = tool.find_tool("cuobjdump")
     if cuobjdump is None:
         pytest.skip("needs cuobjdump (CUDA toolkit or the nvidia-cuda-cuobjdump wheel)")
