@@ -6,7 +6,8 @@ the kernels differ. From the repository root:
         --no-eager --no-compile --no-torchao
     python benchmarks/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
     python benchmarks/ab_bench.py --base HEAD~1 --bench decode -- --shapes 4096,4096 28672,8192 \
-        --rows 1 8 16 64 --no-llama     (the linear kernels in the decode stream)
+        --rows 1 8 16 64 --no-llama --fp4-only     (the linear kernels in the decode stream; without
+        --fp4-only every run also times cuBLAS bf16 and dequantize + F.linear, the same in both builds)
 
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new

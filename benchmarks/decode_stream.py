@@ -3,6 +3,7 @@
     python -m benchmarks.decode_stream                        # every shape and row count, H100-sized
     python -m benchmarks.decode_stream --rows 1 4 16 64 --shapes 4096,4096 14336,4096
     python -m benchmarks.decode_stream --llama-only           # the Llama-3.1-8B stack, tokens/s
+    python -m benchmarks.decode_stream --fp4-only ...         # the FP4 layers alone (A/Bs of kernels)
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, called back to back in one CUDA graph with no flush between layers; the time
@@ -114,8 +115,9 @@ def target_for(rows: int) -> float | None:
     return next((goal for limit, goal in SPEEDUP_TARGETS if rows <= limit), None)
 
 
-def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes) -> list[dict]:
-    """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines)."""
+def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_only: bool = False) -> list[dict]:
+    """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines).
+    fp4_only: time the FP4 layers alone (an A/B of kernels, whose baselines do not change)."""
     n, k = shape
     fp4_x = x_kind == "fp4"
     dtype = torch.bfloat16 if fp4_x else getattr(torch, x_kind)
@@ -126,24 +128,28 @@ def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes) -> l
         x = torch.randn(rows, k, device=timer.device, dtype=dtype)
         xq = (fp4ops.quantize_nvfp4(x) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(x)) if fp4_x else None
         impls = implementations(fp4_layers, dense, xq)
+        if fp4_only:
+            impls = {"fp4": impls["fp4"]}
         us = {name: time_stream(fn, x, timer) / copies for name, fn in impls.items()}
         row = {"n": n, "k": k, "format": fmt, "dtype": x_kind, "rows": rows, "layers": copies,
-               **{f"{name}_us": value for name, value in us.items()},
-               "speedup_vs_bf16": us["bf16"] / us["fp4"], "speedup_vs_dequant": us["dequant"] / us["fp4"],
-               "target": target_for(rows)}
+               **{f"{name}_us": value for name, value in us.items()}, "target": target_for(rows)}
+        if not fp4_only:
+            row["speedup_vs_bf16"] = us["bf16"] / us["fp4"]
+            row["speedup_vs_dequant"] = us["dequant"] / us["fp4"]
         if rows == 1:
             x_bytes = fp4_weight_bytes(1, k, fmt) if fp4_x else k * x.element_size()
             moved = fp4_weight_bytes(n, k, fmt) + x_bytes + n * x.element_size()
             row["pct_of_copy"] = 100 * moved / us["fp4"] / 1e3 / ceilings["copy"]
         rows_out.append(row)
-        print(f"  {n:>6} x {k:<6} {fmt} {row['dtype']:<8} rows {rows:>5}: fp4 {us['fp4']:8.2f} us, bf16 {us['bf16']:8.2f} us, "
-              f"dequant {us['dequant']:8.2f} us -> {row['speedup_vs_bf16']:.2f}x"
+        baselines = "" if fp4_only else (f", bf16 {us['bf16']:8.2f} us, dequant {us['dequant']:8.2f} us -> "
+                                         f"{row['speedup_vs_bf16']:.2f}x")
+        print(f"  {n:>6} x {k:<6} {fmt} {row['dtype']:<8} rows {rows:>5}: fp4 {us['fp4']:8.2f} us{baselines}"
               + (f", {row['pct_of_copy']:.1f}% of copy" if "pct_of_copy" in row else ""), flush=True)
     del fp4_layers, dense
     return rows_out
 
 
-def measure_llama(fmt, dtype, rows_list, timer) -> list[dict]:
+def measure_llama(fmt, dtype, rows_list, timer, fp4_only: bool = False) -> list[dict]:
     shapes = [(n, k) for _, n, k in LLAMA_8B_LINEARS]
     stack = LLAMA_STACK_LAYERS if timer.cuda else 1
     fp4_layers, dense = make_layers(shapes, stack, fmt, dtype, timer.device)
@@ -153,13 +159,22 @@ def measure_llama(fmt, dtype, rows_list, timer) -> list[dict]:
         xs = {k: torch.randn(rows, k, device=timer.device, dtype=dtype) for k in {k for _, k in shapes}}
         steps = {"bf16": lambda _: [F.linear(xs[w.shape[1]], w) for w in dense],
                  "fp4": lambda _: [layer(xs[layer.in_features]) for layer in fp4_layers]}
+        if fp4_only:
+            del steps["bf16"]
         us = {name: time_stream(step, None, timer) * LLAMA_8B_LAYERS / stack for name, step in steps.items()}
-        out.append({"format": fmt, "dtype": str(dtype).removeprefix("torch."), "rows": rows,
-                    "bf16_step_us": us["bf16"], "fp4_step_us": us["fp4"],
-                    "bf16_tokens_per_s": rows / us["bf16"] * 1e6, "fp4_tokens_per_s": rows / us["fp4"] * 1e6})
-        print(f"  Llama-3.1-8B linears, {fmt} {out[-1]['dtype']}, batch {rows:>3}: fp4 {out[-1]['fp4_tokens_per_s']:9.0f} "
-              f"tokens/s, bf16 {out[-1]['bf16_tokens_per_s']:9.0f} tokens/s", flush=True)
+        row = {"format": fmt, "dtype": str(dtype).removeprefix("torch."), "rows": rows}
+        for name, value in us.items():
+            row[f"{name}_step_us"], row[f"{name}_tokens_per_s"] = value, rows / value * 1e6
+        out.append(row)
+        bf16 = f", bf16 {row['bf16_tokens_per_s']:9.0f} tokens/s" if "bf16_tokens_per_s" in row else ""
+        print(f"  Llama-3.1-8B linears, {fmt} {row['dtype']}, batch {rows:>3}: fp4 {row['fp4_tokens_per_s']:9.0f} "
+              f"tokens/s{bf16}", flush=True)
     return out
+
+
+def cell(row: dict, key: str, spec: str, suffix: str = "") -> str:
+    """row[key] formatted, or '-' where the run did not time it (--fp4-only)."""
+    return format(row[key], spec) + suffix if key in row else "-"
 
 
 def markdown(result: dict) -> str:
@@ -168,16 +183,19 @@ def markdown(result: dict) -> str:
              "| N x K | format | x | rows | FP4Linear us | bf16 us | dequant + linear us | vs bf16 | target | vs dequant | % of copy |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        target = f">= {r['target']}x {'met' if r['speedup_vs_bf16'] >= r['target'] else 'NOT met'}" if r["target"] else "-"
-        pct = f"{r['pct_of_copy']:.1f}" if "pct_of_copy" in r else "-"
-        lines.append(f"| {r['n']} x {r['k']} | {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_us']:.2f} | {r['bf16_us']:.2f} | "
-                     f"{r['dequant_us']:.2f} | {r['speedup_vs_bf16']:.2f}x | {target} | {r['speedup_vs_dequant']:.2f}x | {pct} |")
+        target = "-"
+        if r["target"] and "speedup_vs_bf16" in r:
+            target = f">= {r['target']}x {'met' if r['speedup_vs_bf16'] >= r['target'] else 'NOT met'}"
+        lines.append(f"| {r['n']} x {r['k']} | {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_us']:.2f} | {cell(r, 'bf16_us', '.2f')} | "
+                     f"{cell(r, 'dequant_us', '.2f')} | {cell(r, 'speedup_vs_bf16', '.2f', 'x')} | {target} | "
+                     f"{cell(r, 'speedup_vs_dequant', '.2f', 'x')} | {cell(r, 'pct_of_copy', '.1f')} |")
     if result["llama"]:
         lines += ["", "Llama-3.1-8B, the linears of all 32 layers per decode step (nothing else):", "",
                   "| format | x | batch | FP4Linear tokens/s | bf16 tokens/s | ratio |", "|---|---|---|---|---|---|"]
         for r in result["llama"]:
-            lines.append(f"| {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {r['bf16_tokens_per_s']:.0f} | "
-                         f"{r['fp4_tokens_per_s'] / r['bf16_tokens_per_s']:.2f}x |")
+            ratio = f"{r['fp4_tokens_per_s'] / r['bf16_tokens_per_s']:.2f}x" if "bf16_tokens_per_s" in r else "-"
+            lines.append(f"| {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {cell(r, 'bf16_tokens_per_s', '.0f')} | "
+                         f"{ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -191,7 +209,8 @@ def plot(result: dict, path: pathlib.Path) -> None:
     # One line per (format, x): the median over the weight shapes, the band their range.
     speedups: dict[tuple, dict[int, list]] = {}
     for r in result["rows"]:
-        speedups.setdefault((r["format"], r["dtype"]), {}).setdefault(r["rows"], []).append(r["speedup_vs_bf16"])
+        if "speedup_vs_bf16" in r:
+            speedups.setdefault((r["format"], r["dtype"]), {}).setdefault(r["rows"], []).append(r["speedup_vs_bf16"])
     for (fmt, dtype), by_rows in speedups.items():
         rows = sorted(by_rows)
         line, = left.plot(rows, [statistics.median(by_rows[m]) for m in rows], marker="o", label=f"{fmt}, x {dtype}")
@@ -202,12 +221,16 @@ def plot(result: dict, path: pathlib.Path) -> None:
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set(xscale="log", xlabel="rows (tokens in the batch)", ylabel="speed-up over cuBLAS bf16",
              title="FP4Linear per layer: median over the shapes, band: their range")
-    left.legend(fontsize=7)
+    if speedups:
+        left.legend(fontsize=7)
+    else:
+        left.text(0.5, 0.5, "baselines not timed (--fp4-only)", ha="center", transform=left.transAxes)
     for fmt in sorted({r["format"] for r in result["llama"]}):
-        points = [(r["rows"], r["fp4_tokens_per_s"], r["bf16_tokens_per_s"]) for r in result["llama"] if r["format"] == fmt]
-        right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"FP4Linear {fmt}")
-    if result["llama"]:
-        points = [(r["rows"], r["bf16_tokens_per_s"]) for r in result["llama"] if r["format"] == result["llama"][0]["format"]]
+        points = [(r["rows"], r["fp4_tokens_per_s"]) for r in result["llama"] if r["format"] == fmt]
+        right.plot(*zip(*points), marker="o", label=f"FP4Linear {fmt}")
+    points = [(r["rows"], r["bf16_tokens_per_s"]) for r in result["llama"]
+              if r["format"] == result["llama"][0]["format"] and "bf16_tokens_per_s" in r]
+    if points:
         right.plot(*zip(*points), marker="s", color="black", label="nn.Linear bf16")
     right.set(xscale="log", yscale="log", xlabel="batch", ylabel="tokens/s (linears only)", title="Llama-3.1-8B decode step")
     if result["llama"]:
@@ -229,6 +252,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--llama-rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--llama-only", action="store_true", help="only the Llama-3.1-8B stack")
     p.add_argument("--no-llama", action="store_true", help="skip the Llama-3.1-8B stack")
+    p.add_argument("--fp4-only", action="store_true",
+                   help="time the FP4 layers alone, not cuBLAS bf16 nor dequantize + F.linear (A/Bs of the kernels)")
     p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
@@ -253,14 +278,14 @@ def main(argv: list[str] | None = None) -> dict:
                 for x_kind in args.dtypes:
                     rows_here = [r for r in rows_list if r <= FP4_X_MAX_ROWS] if x_kind == "fp4" else rows_list
                     for shape in shapes:
-                        result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes)
+                        result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes, args.fp4_only)
                         json_path.write_text(json.dumps(result, indent=1))
                         if cuda:
                             torch.cuda.empty_cache()
         if not args.no_llama:
             llama_dtype = next((getattr(torch, d) for d in args.dtypes if d != "fp4"), torch.bfloat16)
             for fmt in args.formats:
-                result["llama"] += measure_llama(fmt, llama_dtype, args.llama_rows if cuda else [1, 2], timer)
+                result["llama"] += measure_llama(fmt, llama_dtype, args.llama_rows if cuda else [1, 2], timer, args.fp4_only)
     json_path.write_text(json.dumps(result, indent=1))
     (out_dir / f"decode_{tag}.md").write_text(markdown(result))
     plot(result, out_dir / f"decode_{tag}.png")

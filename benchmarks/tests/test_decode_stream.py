@@ -46,3 +46,17 @@ def test_cpu_run_with_fp4_x(tmp_path):
     assert [(r["dtype"], r["rows"]) for r in result["rows"]] == [("fp4", 1)]
     assert result["rows"][0]["fp4_us"] > 0 and "pct_of_copy" in result["rows"][0]
     assert "| 64 x 128 | nvfp4 | fp4 | 1 |" in (tmp_path / "decode_test.md").read_text()
+
+
+def test_fp4_only_times_the_fp4_layers_alone(tmp_path):
+    """An A/B of kernels skips the baselines; the tables show '-' where a figure was not timed."""
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1", "2",
+                                 "--formats", "nvfp4", "--fp4-only", "--tag", "test"])
+    assert [sorted(k for k in row if k.endswith("_us")) for row in result["rows"]] == [["fp4_us"], ["fp4_us"]]
+    assert all("speedup_vs_bf16" not in row for row in result["rows"]) and "pct_of_copy" in result["rows"][0]
+    assert result["llama"] and all("bf16_tokens_per_s" not in row and row["fp4_tokens_per_s"] > 0 for row in result["llama"])
+    text = (tmp_path / "decode_test.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 64 x 128 | nvfp4 | bfloat16 | 2 |"))
+    assert row.endswith("| - | - | - | - | - | - |")
+    assert "| nvfp4 | bfloat16 | 1 |" in text and text.rstrip().endswith("| - | - |")
+    assert (tmp_path / "decode_test.png").stat().st_size > 0
