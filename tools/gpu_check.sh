@@ -38,7 +38,7 @@ fi
 
 files_of() {
   case "$1" in
-    linear) echo tests/test_linear.py tests/test_linear_mxfp4_x.py tests/test_nn.py ;;
+    linear) echo tests/test_linear.py tests/test_linear_mxfp4_x.py tests/test_linear_mxfp4_prescaling.py tests/test_nn.py ;;
     gemv) echo tests/test_gemv.py ;;
     producers) echo tests/test_producers.py ;;
     quantize) echo tests/test_cuda_ops.py tests/test_quantize.py tests/test_cuda_casts.py tests/test_swizzle.py ;;

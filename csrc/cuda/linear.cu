@@ -1,6 +1,6 @@
 // Launcher for fp4ops.linear: checks, device guard, current stream, and the dispatch between the
-// tensor-core kernel family (linear_mma.cuh; on Hopper, NVFP4 at 17-64 rows: linear_wgmma.cuh) and
-// dequantize + cuBLAS.
+// tensor-core kernel family (linear_mma.cuh; on Hopper, prescaled weights at 17-64 rows:
+// linear_wgmma.cuh) and dequantize + cuBLAS.
 //
 // Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x, and
 // any number of rows when the caller asks for batch invariance, run the kernel family (more rows:
@@ -33,19 +33,20 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
 // With one column tile (at most 8 rows of x), also 4 where the 8-warp grid leaves the SMs
 // unevenly loaded. The launchers spread a one-wave grid ceil(CTAs / SMs) to an SM
 // (spreading_dynamic_smem), and where the loop is issue-bound the SMs with the most warps set the
-// kernel's time. MXFP4 (a loop that scales every block's sums in fp32): wherever 4-warp CTAs leave
+// kernel's time. MXFP4 with per-block scaling (a loop that scales every block's sums in fp32): wherever 4-warp CTAs leave
 // the busiest SM fewer warps and still run in one wave (`per_sm(4)`: the 4-warp CTAs an SM holds),
-// e.g. 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs, 896 of 4 put 28 on 104. NVFP4 (fewer
-// instructions a step, so less to gain against twice the CTAs each staging x): only where the
+// e.g. 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs, 896 of 4 put 28 on 104. Prescaled
+// weights (NVFP4, and MXFP4 with bf16 x: LinearLayout::kPrescaled; fewer instructions a step, so
+// less to gain against twice the CTAs each staging x): only where the
 // 8-warp grid fills less than 4/5 of the SMs in its last round (192 CTAs put 16 warps on 60 SMs
 // and 8 on 72). Measurements: docs/performance.md, "Linear: dispatch and bounds".
 template <typename PerSm>
-int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool nvfp4, PerSm&& per_sm) {
+int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool prescaled, PerSm&& per_sm) {
   const int warps = linear_warps_per_cta(tiles, splits, row_chunks);
   if (warps == 4) return 4;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t ctas8 = (tiles + 7) / 8 * splits * row_chunks, busiest8 = (ctas8 + sms - 1) / sms;
-  if (nvfp4) return ctas8 * 5 < busiest8 * sms * 4 ? 4 : 8;
+  if (prescaled) return ctas8 * 5 < busiest8 * sms * 4 ? 4 : 8;
   const int64_t busiest4 = ((tiles + 3) / 4 * splits * row_chunks + sms - 1) / sms;
   return busiest4 * 4 < busiest8 * 8 && per_sm(4) >= busiest4 ? 4 : 8;
 }
@@ -79,19 +80,20 @@ int column_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <=
 // (gridDim.z), each with x resident where it fits. Each chunk reads the weight (the second read
 // mostly from L2: the chunks' CTAs run together) and decodes it, but the grid has twice the warps,
 // and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B operands and, for
-// MXFP4, on scaling every block's sums in fp32. Where it pays (docs/performance.md, "Linear:
-// dispatch and bounds"): MXFP4 where the one-chunk grid has under kFewWarpsPerSmMxfp4 warps of 16
-// weight rows per SM; NVFP4 under kFewWarpsPerSm, with K ranges of at least kLongRangeSteps steps
-// (shorter ranges pay the second chunk's staging and ring fill for little work). The summation
-// order does not depend on the rows, so neither does any row's result.
-int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, bool nvfp4) {
+// MXFP4 with per-block scaling, on scaling every block's sums in fp32. Where it pays
+// (docs/performance.md, "Linear: dispatch and bounds"): per-block MXFP4 where the one-chunk grid
+// has under kFewWarpsPerSmMxfp4 warps of 16 weight rows per SM; prescaled weights (NVFP4, MXFP4
+// with bf16 x) under kFewWarpsPerSm, with K ranges of at least kLongRangeSteps steps (shorter
+// ranges pay the second chunk's staging and ring fill for little work). The summation order does
+// not depend on the rows, so neither does any row's result.
+int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, bool prescaled) {
   constexpr int64_t kFewWarpsPerSm = 6, kFewWarpsPerSmMxfp4 = 8;
   constexpr int kLongRangeSteps = 8;
   const int tiles = column_tiles(m);
   if (tiles != 8 || m > kLinearMaxTokens) return tiles;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t warps = (n + kLinearTileRows - 1) / kLinearTileRows * splits;
-  const bool chunks = nvfp4 ? warps < kFewWarpsPerSm * sms && range_steps >= kLongRangeSteps : warps < kFewWarpsPerSmMxfp4 * sms;
+  const bool chunks = prescaled ? warps < kFewWarpsPerSm * sms && range_steps >= kLongRangeSteps : warps < kFewWarpsPerSmMxfp4 * sms;
   return chunks ? 4 : 8;
 }
 
@@ -106,7 +108,7 @@ void with_column_tiles(int tiles, Fn&& fn) {
   }
 }
 
-// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve NVFP4 weights with `column_tiles`
+// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve prescaled weights with `column_tiles`
 // tiles per CTA: 4 or 8 (17-64 rows), on compute capability 9.0, from a build with an sm_90a pass
 // (csrc/common/arch.h). They add the same products in the same order as the mma.sync kernels, so
 // the choice changes no bits. With 2 tiles (9-16 rows) they measured slower: one wgmma of 16 columns
@@ -160,7 +162,7 @@ bool x_must_arrive_paired(const LinearArgs& args, int column_tiles, bool residen
 
 template <class Format, typename XT, int kNt, bool kResident, bool kFixup, bool kRowChunks = false>
 void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks, kFixup>;
   const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup, kRowChunks>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   if constexpr (kResident) args.live_tokens = static_cast<int>(std::min<int64_t>(args.m, Layout::kTokens));  // the most a CTA stages
@@ -172,7 +174,7 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
     allow_dynamic_smem(kernel, smem_for(warps), device);
     return ctas_per_sm(kernel, warps * 32, smem_for(warps), static_cast<size_t>(device));
   };
-  const int warps = kNt == 1 ? linear_warps_per_cta(tiles, args.splits, row_chunks, Layout::kNvfp4, per_sm)
+  const int warps = kNt == 1 ? linear_warps_per_cta(tiles, args.splits, row_chunks, Layout::kPrescaled, per_sm)
                              : linear_warps_per_cta(tiles, args.splits, row_chunks);
   size_t smem = smem_for(warps);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
@@ -217,10 +219,10 @@ void launch_mma_kernels(LinearArgs args, int column_tiles, const at::TensorOptio
 
 // One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps), the
 // K ranges and row chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out.
-template <typename XT, int kNt, bool kResident>
+template <class Format, typename XT, int kNt, bool kResident>
 void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device) {
-  using Layout = LinearWgmmaLayout<XT, kNt, kResident>;
-  const auto kernel = linear_wgmma_kernel<XT, kNt, kResident>;
+  using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
+  const auto kernel = linear_wgmma_kernel<Format, XT, kNt, kResident>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
@@ -229,10 +231,10 @@ void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
 
-// The warpgroup-MMA kernels for NVFP4 weights and x of type XT (uint8_t: NVFP4 x): x into their x
-// image (NVFP4 x decoded into prescaled fp16 on the way), then the kernel, with x resident where a
+// The warpgroup-MMA kernels for prescaled weights and x of type XT (uint8_t: NVFP4 x): x into their
+// x image (NVFP4 x decoded into prescaled fp16 on the way), then the kernel, with x resident where a
 // CTA's rows and K range fit kResidentXBytes (as for the mma.sync kernels: the bits do not depend on it).
-template <typename XT>
+template <class Format, typename XT>
 void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
   using DenseT = std::conditional_t<std::is_same_v<XT, uint8_t>, __half, XT>;
   const int tokens = 8 * column_tiles;
@@ -250,9 +252,9 @@ void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& op
   }
   args.x = x_image.const_data_ptr();
   const bool resident = tokens <= 32 && resident_x_fits(tokens, args.range_steps);
-  if (column_tiles == 8) return launch_wgmma_kernel<DenseT, 8, false>(args, stream, device);
-  if (resident) return launch_wgmma_kernel<DenseT, 4, true>(args, stream, device);
-  launch_wgmma_kernel<DenseT, 4, false>(args, stream, device);
+  if (column_tiles == 8) return launch_wgmma_kernel<Format, DenseT, 8, false>(args, stream, device);
+  if (resident) return launch_wgmma_kernel<Format, DenseT, 4, true>(args, stream, device);
+  launch_wgmma_kernel<Format, DenseT, 4, false>(args, stream, device);
 }
 
 // `args` with the dense x `decoded` ([M, K], in the decoders' pairing where `paired`) in place of
@@ -314,9 +316,9 @@ void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions&
 // says so, else on mma.sync; then the K ranges' reduction.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  if constexpr (std::is_same_v<Format, Nvfp4Format>) {
+  if constexpr (LinearLayout<Format, XT, 1>::kPrescaled) {
     if (linear_wgmma(column_tiles, device)) {
-      launch_wgmma<XT>(args, column_tiles, options, stream, device);
+      launch_wgmma<Format, XT>(args, column_tiles, options, stream, device);
     } else {
       launch_mma_sync<Format, XT>(args, column_tiles, options, stream, device);
     }
@@ -412,7 +414,8 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int device = x.get_device();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  const int tiles = linear_column_tiles(m, n, splits, args.range_steps, nvfp4);
+  const bool prescaled = nvfp4 || (!x_scales.has_value() && x.scalar_type() == at::kBFloat16);  // LinearLayout::kPrescaled
+  const int tiles = linear_column_tiles(m, n, splits, args.range_steps, prescaled);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;
     if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, tiles, x.options(), stream, device);

@@ -25,9 +25,13 @@
 //
 // Scaling. NVFP4: each decoded element is multiplied (fp16/bf16, exact) by its block scale times
 // a power of two, so the MMAs accumulate the whole range directly: E2M1 x E4M3 has at most 5
-// significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4: an E8M0
-// scale spans 2^-127 .. 2^127, beyond fp16, so each 32-element block's two MMAs sum into a zeroed
-// fragment that is scaled in fp32 and added (one fma) to the accumulator. FP4 x: decoded like W
+// significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4 with
+// dense bf16 x likewise, by 2^(E - 127) times a power of two, in every step whose block scales lie
+// in bf16's window for it (mxfp4_lane_factors); a step outside it adds zeros there, and its block
+// sums are added after the main loop (linear_mxfp4_outside_pass). Other MXFP4 (fp16 x, whose type
+// cannot hold the E8M0 range, and x decoded from MXFP4, which shares its bits with the FP4-x
+// fixup): each 32-element block's two MMAs sum into a zeroed fragment that is scaled in fp32 and
+// added (one fma) to the accumulator. FP4 x: decoded like W
 // (fp16); NVFP4 x once per call, prescaled likewise, into dense fp16 x (linear_decode_nvfp4_x_kernel),
 // MXFP4 x once per call into exact bf16 values (linear_decode_mxfp4_x_kernel), or, in a call with a
 // block scale outside their exact window, in each warp, scaled with W's block scale in fp32 (kFixup).
@@ -124,17 +128,39 @@ struct LinearScaling<__nv_bfloat16> {
   }
 };
 
+// MXFP4 weights with dense bf16 x, prescaled: the raw-bits decode (value x 2^-126) times the bf16
+// factor 2^(E - 6) is value x 2^(E - 132), the weight times 2^kMxfp4PrescaleExponent, exact for
+// every code E up to kMxfp4PrescaleMaxCode: the factor's exponent field, E + 121, is then at most
+// 254, and every product is a multiple of 2^(E - 133), at least bf16's smallest subnormal 2^-133,
+// with at most two significant bits. Codes above it (scales from 2^7, and NaN) leave the step to
+// the per-block sums.
+constexpr int kMxfp4PrescaleExponent = -5;
+constexpr uint32_t kMxfp4PrescaleMaxCode = 133;
+constexpr uint32_t kMxfp4FactorBias = 121;  // E + 121: the exponent field of 2^(E - 6)
+
+// Nonzero where a byte of `codes` is above kMxfp4PrescaleMaxCode (134 = 128 + 6): the byte's own
+// bit 7 says it is at least 128, and its low 7 bits plus 122 carry into bit 7 (never into the
+// next byte) where they are at least 6.
+__device__ __forceinline__ uint32_t mxfp4_codes_outside(uint32_t codes) {
+  static_assert(kMxfp4PrescaleMaxCode == 128 + 6 - 1, "the bit test below");
+  return ((codes & 0x7F7F7F7Fu) + 0x7A7A7A7Au) & codes & 0x80808080u;
+}
+
 // Shared memory: kLinearStages stages, each [W codes: warp][16 rows][64 bytes] (16-byte units
 // XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [W scales: warp][16
 // rows][blocks of the step], [x: token][one step] (dense: 256 bytes, units swizzled by the
 // token's parity; FP4: 64 bytes of codes padded to 80), [FP4 x scales: token][blocks of the step].
-template <class FormatT, typename XT, int kNt, bool kResident = false, bool kRowChunks = false>
+template <class FormatT, typename XT, int kNt, bool kResident = false, bool kRowChunks = false, bool kDecodedMxfp4X = false>
 struct LinearLayout {
   using Format = FormatT;
   using XType = XT;
   static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
   static constexpr bool kFp4X = std::is_same_v<XT, uint8_t>;
   using MmaT = std::conditional_t<kFp4X, __half, XT>;
+  // W's block scales multiplied into its decoded values (see "Scaling" above), and the power of
+  // two that leaves on the sums, undone at the store (linear_store_sums).
+  static constexpr bool kPrescaled = kNvfp4 || (std::is_same_v<XT, __nv_bfloat16> && !kDecodedMxfp4X);
+  static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : kPrescaled ? kMxfp4PrescaleExponent : 0;
   static constexpr int kTokens = 8 * kNt;
   // Dense x staged per step arrives in the decoders' pairing (linear_permute_x_kernel) for more than
   // one column tile; with one, each warp pairs its B registers itself (fewer instructions than a
@@ -508,6 +534,24 @@ __device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t n
   }
 }
 
+// MXFP4 (prescaled: dense bf16 x), one step of a warp's weight: per unit u and row half h, the
+// factor 2^(E - 6) of the lane's block (bf16, in both halves), from the step's 4 codes of row g at
+// scales_g (row g + 8's 32 bytes after). Returns whether any code of the warp's step is above
+// kMxfp4PrescaleMaxCode (the same answer in every lane); the factors are then all zero, so that
+// the step's MMAs add zero products, and linear_mxfp4_outside_pass adds its blocks.
+__device__ __forceinline__ bool mxfp4_lane_factors(uint32_t scales_g, uint32_t (&factors)[4][2]) {
+  const uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
+  const bool outside = __any_sync(0xFFFFFFFFu, (mxfp4_codes_outside(codes[0]) | mxfp4_codes_outside(codes[1])) != 0);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // Each byte E + kMxfp4FactorBias, at most 254 within the window: no carry between bytes.
+    const uint32_t fields = outside ? 0u : codes[h] + kMxfp4FactorBias * 0x01010101u;
+#pragma unroll
+    for (uint32_t u = 0; u < 4; ++u) factors[u][h] = __byte_perm(fields, 0u, 0x4040u | u | u << 8) << 7;  // bits 7-14, 23-30
+  }
+  return outside;
+}
+
 // A lane's fixed offsets into a stage (kept in registers: the steps only add the stage's address):
 // the ldmatrix rows of its warp's units 0-1 and 2-3 (lane l addresses row (l / 8 % 2) * 8 + l % 8
 // of unit u0 + l / 16, for u0 = 0 and 2), its warp's block scales of row g, and the selector of its
@@ -530,11 +574,25 @@ struct LinearAccumulators {
   float v[Layout::kTokens / 8][4];
 };
 
+// The factors of a prescaled layout's step (NVFP4, or MXFP4 with bf16 x), and whether the step
+// lies outside MXFP4's window (mxfp4_lane_factors; never for NVFP4).
+template <class Layout>
+__device__ __forceinline__ bool prescaled_lane_factors(uint32_t scales_g, const LinearLaneOffsets& lane, uint32_t (&factors)[4][2]) {
+  static_assert(Layout::kPrescaled);
+  if constexpr (Layout::kNvfp4) {
+    nvfp4_lane_factors<LinearScaling<typename Layout::MmaT>>(scales_g, lane.nvfp4_selector, factors);
+    return false;
+  } else {
+    return mxfp4_lane_factors(scales_g, factors);
+  }
+}
+
 // One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane) against
 // every column tile of x. Dense x: the lane's chunk 4u + t of row 8j + g of this step at x_step +
-// x_lane[j][u % 2] + 64u (in the stage, or in resident x; x_lane_offsets).
+// x_lane[j][u % 2] + 64u (in the stage, or in resident x; x_lane_offsets). Returns whether the
+// step was outside MXFP4's prescaling window (mxfp4_lane_factors).
 template <class Layout>
-__device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_step,
+__device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_step,
                                                     const uint32_t (&x_lane)[Layout::kTokens / 8][2],
                                                     const LinearLaneOffsets& lane, LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
@@ -545,10 +603,10 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
   const uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
   const uint32_t scales_g = stage + lane.scales_g;
 
-  if constexpr (Layout::kNvfp4) {
+  if constexpr (Layout::kPrescaled) {
     static_assert(!Layout::kFp4X, "NVFP4 x is decoded once per call (linear_decode_nvfp4_x_kernel)");
     uint32_t factors[4][2];
-    nvfp4_lane_factors<Scaling>(scales_g, lane.nvfp4_selector, factors);
+    const bool outside = prescaled_lane_factors<Layout>(scales_g, lane, factors);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
@@ -561,6 +619,7 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
       }
     }
+    return outside;
   } else {
     // MXFP4: exact E2M1 values (fp16: times 2^kDecodeExponent), each unit one block.
     constexpr int kDecodeExponent = std::is_same_v<MmaT, __half> ? DenseOperand<__half>::kDecodeExponent : 0;
@@ -606,7 +665,67 @@ __device__ __forceinline__ void linear_compute_step(const LinearThread& th, uint
         }
       }
     }
+    return false;
   }
+}
+
+// MXFP4 prescaled: the block sums of the warp's steps outside the window (whose MMAs in the main
+// loop added zero products), added to its sums after the main loop, step by step, as the
+// per-block kernels add theirs: exact E2M1 values, each block's two MMAs into a zeroed fragment,
+// one fma by its scale times 2^kMxfp4PrescaleExponent (the power the prescaled sums carry). Only
+// warps that met such a step run it; it reads W and x from global memory, `dense_b(step, j, u)`
+// giving the lane's B registers of unit u and column tile j. Every kernel that serves MXFP4 with
+// bf16 x adds the same products in this order: a row's bits do not depend on which one ran.
+template <class Layout, class DenseB>
+__device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args, const LinearThread& th, LinearAccumulators<Layout>& acc,
+                                                       DenseB&& dense_b) {
+  static_assert(Layout::kPrescaled && !Layout::kNvfp4);
+  using MmaT = __nv_bfloat16;
+  constexpr int kNt = Layout::kTokens / 8;
+  const int64_t k_bytes = args.k / 2, k_blocks = args.k / Mxfp4Format::kBlock;
+  const uint32_t* codes[2];
+  const uint32_t* scales[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = th.row0 + th.g + 8 * h < args.n ? th.row0 + th.g + 8 * h : args.n - 1;
+    codes[h] = reinterpret_cast<const uint32_t*>(args.w_data + row * k_bytes) + th.t;  // word t of each unit
+    scales[h] = reinterpret_cast<const uint32_t*>(args.w_scales + row * k_blocks);     // a step's 4 codes a word
+  }
+  for (int64_t step = th.step_begin; step < th.step_end; ++step) {
+    const uint32_t step_codes[2] = {scales[0][step], scales[1][step]};
+    if (!__any_sync(0xFFFFFFFFu, (mxfp4_codes_outside(step_codes[0]) | mxfp4_codes_outside(step_codes[1])) != 0)) continue;
+#pragma unroll 1  // a cold path: its registers must not raise the kernel's
+    for (int u = 0; u < 4; ++u) {
+      const Regs4 a0 = DenseOperand<MmaT>::decode(codes[0][step * 16 + 4 * u]), a1 = DenseOperand<MmaT>::decode(codes[1][step * 16 + 4 * u]);
+      float sa[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t e = step_codes[h] >> (8 * u) & 0xFFu;
+        sa[h] = e == kE8M0NaN ? bits_to_float(0x7FC00000u) : exp2_int(static_cast<int>(e) - 127 + kMxfp4PrescaleExponent);
+      }
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const Regs4 b = dense_b(step, j, u);
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
+        mma_m16n8k16<MmaT>(d, {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
+      }
+    }
+  }
+}
+
+// The lane's B registers of unit u, column tile j, step `step` for linear_mxfp4_outside_pass, from
+// dense x in global memory (paired here where it did not arrive paired); zeros past M.
+template <class Layout>
+__device__ __forceinline__ Regs4 dense_b_from_global(const LinearArgs& args, const LinearThread& th, int64_t step, int j, int u) {
+  const int64_t token = th.token0 + 8 * j + th.g;
+  if (token >= args.m) return Regs4{};
+  uint4 v = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(args.x) + token * args.k + step * kLinearStepElems +
+                                            (4 * u + th.t) * 8);
+  if (!args.x_paired) v = paired_x_chunk<__nv_bfloat16>(v);
+  return {{v.x, v.y, v.z, v.w}};
 }
 
 // out[token, feature] from a K range's sum (or the sum of all ranges): the global scales, then the
@@ -630,21 +749,22 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
 }
 
 // At least two CTAs per SM (at most 128 registers) where ptxas would otherwise use fewer registers
-// than that and recompute per-thread constants every step (resident x; NVFP4 with 8 column tiles,
-// whose ring allows two CTAs anyway), or more (FP4 x with 8 column tiles, also under kFixup).
+// than that and recompute per-thread constants every step (resident x; prescaled weights with 8
+// column tiles, whose ring allows two CTAs anyway), or more (FP4 x with 8 column tiles, also under
+// kFixup).
 template <class Format, typename XT, int kNt, bool kResident, bool kFixup>
 constexpr int kLinearMinCtas =
-    kResident || (kNt == 8 && (std::is_same_v<Format, Nvfp4Format> || std::is_same_v<XT, uint8_t> || kFixup)) ? 2 : 0;
+    kResident || (kNt == 8 && (LinearLayout<Format, XT, kNt>::kPrescaled || std::is_same_v<XT, uint8_t> || kFixup)) ? 2 : 0;
 
-// A CTA's sums out: acc.v[j][i] is weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. NVFP4
-// operands carried 2^kExponent per prescaled operand (pre-decoded NVFP4 x: args.x_prescaled);
-// undone exactly here, in one multiply. Then out (one K range) or the K range's partials.
+// A CTA's sums out: acc.v[j][i] is weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. Prescaled
+// operands carried a power of two each (Layout::kWCarriedExponent; pre-decoded NVFP4 x,
+// args.x_prescaled: LinearScaling's kExponent); undone exactly here, in one multiply. Then out (one K range) or the K range's partials.
 template <class Layout>
 __device__ __forceinline__ void linear_store_sums(const LinearArgs& args, const LinearThread& th, const LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
   constexpr int kNt = Layout::kTokens / 8;
   // (The exponent is the device code's: the decoder, and with it kExponent, depends on the architecture.)
-  constexpr int kCarried = Layout::kNvfp4 ? LinearScaling<MmaT>::kExponent : 0;
+  constexpr int kCarried = Layout::kWCarriedExponent;
   const int carried = kCarried + (Layout::kNvfp4 && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
   const float undo = exp2_int(-carried);
 #pragma unroll
@@ -728,6 +848,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 
   uint32_t stage = ring;
   uint32_t x_resident_step = ring + static_cast<uint32_t>(x_res_offset);  // resident x: step i of every row
+  bool outside_seen = false;  // a step outside MXFP4's prescaling window (warp-uniform)
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kLinearStages - 2>();  // this thread's copies of step i have landed ...
     if constexpr (Layout::kXResident) {
@@ -737,14 +858,19 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     }
     issue(i + kLinearStages - 1);
     if constexpr (Layout::kXResident) {
-      linear_compute_step<Layout>(th, stage, x_resident_step, x_lane, lane, acc);
+      outside_seen |= linear_compute_step<Layout>(th, stage, x_resident_step, x_lane, lane, acc);
       x_resident_step += 256;
     } else {
-      linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, lane, acc);
+      outside_seen |= linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, lane, acc);
     }
     stage = stage + stage_bytes == ring_end ? ring : stage + stage_bytes;
   }
   cp_async_wait<0>();
+  if constexpr (Layout::kPrescaled && !Layout::kNvfp4) {
+    if (outside_seen) {
+      linear_mxfp4_outside_pass<Layout>(args, th, acc, [&](int64_t step, int j, int u) { return dense_b_from_global<Layout>(args, th, step, j, u); });
+    }
+  }
 
   linear_store_sums<Layout>(args, th, acc);
 }
@@ -787,10 +913,11 @@ __device__ __forceinline__ int linear_kernel_begin(const LinearArgs& args, Linea
 // a nonzero block outside its exact window, the CTA computes from the FP4 x instead, as the FP4-x
 // kernel would (LinearArgs::fp4_x): the same bits where both are exact (fma_by_e8m0_pair), so a
 // row's result does not depend on the other rows of the call. One uniform branch per CTA, after
-// the wait that makes the decode's flags visible.
+// the wait that makes the decode's flags visible. Both bodies scale W per block (the decoded x's
+// layout has kDecodedMxfp4X), unlike the kernels for dense bf16 x.
 template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false, bool kRowChunks = false>
 __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident, kFixup>)) linear_mma_kernel(LinearArgs args) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks, kFixup>;
   static_assert(!kFixup || (std::is_same_v<Format, Mxfp4Format> && std::is_same_v<XT, __nv_bfloat16>),
                 "kFixup: MXFP4 x decoded to bf16");
   extern __shared__ __align__(128) uint8_t smem[];

@@ -1,13 +1,14 @@
-// The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a), for NVFP4 weights and dense x
-// (fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16): the calls whose CTAs take 32
-// or 64 rows of x (linear.cu, linear_wgmma).
+// The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a), for prescaled weights (NVFP4 with
+// dense x, fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16; MXFP4 with dense bf16
+// x): the calls whose CTAs take 32 or 64 rows of x (linear.cu, linear_wgmma).
 //
-// Each warp decodes its 16 weight rows into exactly the A fragments of linear_mma.cuh's NVFP4 path
-// (same ring, same decode, same prescaling) and hands them to the warpgroup's MMAs, which read the
+// Each warp decodes its 16 weight rows into exactly the A fragments of linear_mma.cuh's prescaled
+// path (same ring, same decode, same prescaling) and hands them to the warpgroup's MMAs, which read the
 // step's x from shared memory for all of the CTA's rows at once. wgmma adds a column's products as
 // mma.sync does (wgmma.cuh), and every row of x goes through the same operations in the same
 // order, so these kernels give linear_mma_kernel's bits: a call may take either, by row count,
-// without costing batch invariance.
+// without costing batch invariance. MXFP4 steps outside the prescaling window add zero products
+// here as there, and their block sums after the main loop (linear_mxfp4_outside_pass).
 //
 // x reaches these kernels as an "x image" (linear_wgmma_x_image_kernel,
 // linear_decode_nvfp4_x_image_kernel): per row chunk of the CTA's rows, step after step, each
@@ -93,17 +94,20 @@ __global__ void __launch_bounds__(256) linear_decode_nvfp4_x_image_kernel(const 
 }
 
 // Shared memory of a wgmma kernel: kLinearStages ring stages, each [W codes: warp][16 rows][64
-// bytes] and [W scales: warp][16 rows][8] as in LinearLayout, then (x staged per step) the step's x
+// bytes] and [W scales: warp][16 rows][blocks of the step] as in LinearLayout, then (x staged per step) the step's x
 // at a 1024-byte boundary (swizzle atoms); stages a multiple of 1024 bytes. Resident x (the CTA's
 // whole K range, step after step) follows the ring; then the mbarriers of the x copies, one per
 // stage (or one for resident x).
-template <typename XT, int kNt, bool kResident>
+template <class FormatT, typename XT, int kNt, bool kResident>
 struct LinearWgmmaLayout {
   static_assert((kNt == 4 || kNt == 8) && (!kResident || kNt == 4), "32 rows (resident or not) or 64 (staged per step)");
-  using Format = Nvfp4Format;
+  using Format = FormatT;
   using XType = XT;
   using MmaT = XT;
-  static constexpr bool kNvfp4 = true;
+  static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
+  static_assert(kNvfp4 || std::is_same_v<XT, __nv_bfloat16>, "MXFP4: dense bf16 x");
+  static constexpr bool kPrescaled = true;
+  static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : kMxfp4PrescaleExponent;
   static constexpr bool kXResident = kResident;
   static constexpr int kTokens = 8 * kNt;
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;
@@ -121,7 +125,7 @@ struct LinearWgmmaLayout {
   static constexpr size_t smem_bytes(int warps, int range_steps) { return barriers_offset(warps, range_steps) + 8 * kBarriers; }
 };
 
-// One step of one warp: the weight fragments of linear_compute_step's NVFP4 path, handed with the
+// One step of one warp: the weight fragments of linear_compute_step's prescaled path, handed with the
 // step's x (`x_step`, shared address) to the warpgroup's MMAs, two per unit (register halves 0-1
 // and 2-3, as there), each for every column tile at once. Unit u's half hm has its k slots in x's k
 // groups 4u + 2hm (k 0-7) and 4u + 2hm + 1 (k 8-15): one k16 slice of atom u / 2.
@@ -131,17 +135,19 @@ struct LinearWgmmaLayout {
 // of the step before is done (groups complete in order). PTX leaves it to the program not to write
 // the registers of an MMA in flight; the words pass through an empty asm after the wait, so that the
 // compiler cannot move the decode above it. By the end of a step, every group of the step before is
-// done, which frees that step's x for the next copy (linear_wgmma_cta's kAhead).
+// done, which frees that step's x for the next copy (linear_wgmma_cta's kAhead). Returns whether
+// the step was outside MXFP4's prescaling window (mxfp4_lane_factors: its fragments are zeros).
 template <class Layout>
-__device__ __forceinline__ void linear_wgmma_step(uint32_t stage, uint32_t x_step, const LinearLaneOffsets& lane,
+__device__ __forceinline__ bool linear_wgmma_step(uint32_t stage, uint32_t x_step, const LinearLaneOffsets& lane,
                                                   LinearAccumulators<Layout>& acc, uint32_t (&a)[4][2][4]) {
+  bool outside = false;
 #if defined(FP4OPS_HW_WGMMA)
   using Scaling = LinearScaling<typename Layout::MmaT>;
   constexpr int kNt = Layout::kTokens / 8;
   const uint4 units01 = ldmatrix_x4(stage + lane.ldm0), units23 = ldmatrix_x4(stage + lane.ldm1);
   uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
   uint32_t factors[4][2];
-  nvfp4_lane_factors<Scaling>(stage + lane.scales_g, lane.nvfp4_selector, factors);
+  outside = prescaled_lane_factors<Layout>(stage + lane.scales_g, lane, factors);
   const uint64_t x_descriptor = wgmma_swizzled_descriptor(x_step, 1024);
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
@@ -163,6 +169,7 @@ __device__ __forceinline__ void linear_wgmma_step(uint32_t stage, uint32_t x_ste
     wgmma_commit();
   }
 #endif
+  return outside;
 }
 
 // One CTA's K range, once the grid dependency wait is over. The weight ring as in linear_mma_cta
@@ -223,35 +230,50 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
   uint32_t fragments[4][2][4];  // the MMAs' A operands, in flight across steps (linear_wgmma_step)
 
   uint32_t stage = ring;
+  bool outside_seen = false;  // a step outside MXFP4's prescaling window (warp-uniform)
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kWeightAhead - 1>();  // this thread's weight copies of step i have landed ...
     if constexpr (Layout::kXResident) {
       __syncwarp();  // ... and the warp's (the ring holds only its own rows)
       issue_weight(i + kWeightAhead);
-      linear_wgmma_step<Layout>(stage, x_resident + static_cast<uint32_t>(i) * Layout::kXStepBytes, lane, acc, fragments);
+      outside_seen |= linear_wgmma_step<Layout>(stage, x_resident + static_cast<uint32_t>(i) * Layout::kXStepBytes, lane, acc, fragments);
     } else {
       __syncthreads();  // ... and every thread's; every MMA of step i - 2 is done, so its x is free
       issue_weight(i + kWeightAhead);
       issue_x(i + kXAhead);
       mbarrier_wait(barriers + 8 * static_cast<uint32_t>(i % kLinearStages), static_cast<uint32_t>(i / kLinearStages) & 1);
-      linear_wgmma_step<Layout>(stage, stage + Layout::x_offset(th.warps), lane, acc, fragments);
+      outside_seen |= linear_wgmma_step<Layout>(stage, stage + Layout::x_offset(th.warps), lane, acc, fragments);
     }
     stage = next_stage(stage);
   }
   cp_async_wait<0>();
   wgmma_wait<0>();
+  if constexpr (!Layout::kNvfp4) {
+    // B registers of the outside steps from the x image: register c of lane t is word t of k group 4u + c.
+    const auto image_b = [&](int64_t step, int j, int u) {
+      const uint8_t* x_step = static_cast<const uint8_t*>(args.x) + (static_cast<int64_t>(blockIdx.z) * args.steps + step) * Layout::kXStepBytes;
+      Regs4 b;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        b.reg[c] = reinterpret_cast<const uint32_t*>(x_step + wgmma_x_chunk_offset(Layout::kTokens, 8 * j + th.g, 4 * u + c))[th.t];
+      }
+      return b;
+    };
+    if (outside_seen) linear_mxfp4_outside_pass<Layout>(args, th, acc, image_b);
+  }
   linear_store_sums<Layout>(args, th, acc);
 #endif
 }
 
-// linear_mma_kernel on the warpgroup MMA: NVFP4 weights, x as an x image (dense, or NVFP4 x decoded
-// to prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one or two warpgroups.
+// linear_mma_kernel on the warpgroup MMA: NVFP4 weights with x as an x image (dense, or NVFP4 x
+// decoded to prescaled fp16: LinearArgs::x_prescaled), or MXFP4 weights with bf16 x, 8 kNt rows
+// per CTA, CTAs of one or two warpgroups.
 // Only launched on compute capability 9.0 from a build with an sm_90a pass (csrc/common/arch.h);
 // elsewhere its body traps.
-template <typename XT, int kNt, bool kResident>
+template <class Format, typename XT, int kNt, bool kResident>
 __global__ void __launch_bounds__(256, 2) linear_wgmma_kernel(LinearArgs args) {
 #if defined(FP4OPS_HW_WGMMA)
-  using Layout = LinearWgmmaLayout<XT, kNt, kResident>;
+  using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
   extern __shared__ __align__(1024) uint8_t smem_1k[];
   LinearThread th;
   const int count = linear_kernel_begin<Layout>(args, th);

@@ -1,0 +1,70 @@
+"""MXFP4 weights with dense bf16 x in fp4ops.linear on CUDA. The kernels multiply each block's
+E8M0 scale into the decoded weight (bf16 value x 2^(E - 132), exact for codes 0..133) so that the
+MMAs sum a whole K range; a warp's step with a larger code (scales from 2^7, NaN) adds zeros there
+and its block sums after the main loop. Here weights sit at both edges of that window: codes 0..6
+(prescaled values below bf16's normal range, products below fp32's), codes 133 and 134 in single
+blocks, whole warps of rows outside it, and an all-zero row; every result is checked against
+SPEC 5's bound (a step left out or added twice fails it), and every row of every batch of 1..64
+rows bitwise against its one-row call, across the mma.sync and warpgroup-MMA kernels."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import requires_cuda
+from test_linear import assert_rows_match_single_calls, assert_within_bound, rows_of
+
+import fp4ops
+
+# The first 48 weight rows (three warps of 16 rows) and their scale codes.
+EDGE_ROWS = 48
+TYPICAL, TINY, OUTSIDE = range(0, 16), range(16, 32), range(32, 48)
+SINGLE_BLOCKS = {3: (5, 150), 12: (30, 134), 9: (17, 133)}  # row: (block, code) in the typical warp
+ZERO_ROW = 40  # code 0 and zero elements, among the outside rows
+
+
+def edge_weight(n: int, k: int) -> fp4ops.MXFP4Tensor:
+    """An [n, k] MXFP4 weight from heavy-tailed data, its first EDGE_ROWS rows set as above."""
+    w = fp4ops.quantize_mxfp4(torch.distributions.StudentT(3.0).sample((n, k)).cuda())
+    scales, data = w.scales.view(torch.uint8).clone(), w.data.clone()
+    blocks = scales.shape[1]
+    scales[TINY.start:TINY.stop] = torch.randint(0, 7, (len(TINY), blocks), device="cuda", dtype=torch.uint8)
+    scales[OUTSIDE.start:OUTSIDE.stop] = torch.randint(134, 201, (len(OUTSIDE), blocks), device="cuda", dtype=torch.uint8)
+    for row, (block, code) in SINGLE_BLOCKS.items():
+        scales[row, block] = code
+    scales[ZERO_ROW], data[ZERO_ROW] = 0, 0
+    return dataclasses.replace(w, data=data, scales=scales.view(torch.float8_e8m0fnu))
+
+
+def first_rows(w: fp4ops.MXFP4Tensor, rows: int) -> fp4ops.MXFP4Tensor:
+    return dataclasses.replace(w, data=w.data[:rows], scales=w.scales[:rows])
+
+
+@requires_cuda
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+# One small layer (two K ranges of 4 steps); one whose K ranges of 9-10 steps put 17-32 rows on
+# the kernel that stages x per step.
+@pytest.mark.parametrize(("n", "k"), [(48, 1024), (10240, 8576)])
+def test_window_edges_within_bound(n, k, out_dtype):
+    w = edge_weight(n, k)
+    x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    for m in (1, 9, 17, 40, 64):
+        y = fp4ops.linear(x[:m], w, out_dtype=out_dtype)
+        assert_within_bound(y[:, :EDGE_ROWS], x[:m], first_rows(w, EDGE_ROWS), None, out_dtype, "cuda")
+    # The edges were reached: the tiny rows' results lie far below fp32's normal products of
+    # weights near 1, the outside rows' far above, and the zero row is zero.
+    tiny, big = y[:, TINY.start:TINY.stop].abs().float(), y[:, OUTSIDE.start:OUTSIDE.stop].abs().float()
+    assert (tiny > 0).float().mean() > 0.9 and (tiny < 2.0**-100).all()
+    assert (big.median() > 2.0**60) and not y[:, ZERO_ROW].any()
+
+
+@requires_cuda
+@pytest.mark.parametrize(("n", "k"), [(48, 1024), (10240, 8576)])
+def test_window_edges_rows_match_single_calls(n, k):
+    w = edge_weight(n, k)
+    pool = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    for m in range(1, 65):
+        assert_rows_match_single_calls(w, pool, singles, m)
