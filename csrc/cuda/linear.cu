@@ -160,16 +160,13 @@ bool x_must_arrive_paired(const LinearArgs& args, int column_tiles, bool residen
   return column_tiles > 1;
 }
 
-template <class Format, typename XT, int kNt, bool kResident, bool kFixup, bool kRowChunks = false>
+template <class Format, typename XT, int kNt, bool kResident, bool kRowChunks = false>
 void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks, kFixup>;
-  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kFixup, kRowChunks>;
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
+  const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kRowChunks>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   if constexpr (kResident) args.live_tokens = static_cast<int>(std::min<int64_t>(args.m, Layout::kTokens));  // the most a CTA stages
-  const auto smem_for = [&](int warps) {
-    const size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
-    return kFixup ? std::max(smem, LinearLayout<Format, uint8_t, kNt, false>::smem_bytes(warps)) : smem;
-  };
+  const auto smem_for = [&](int warps) { return Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps); };
   const auto per_sm = [&](int warps) {
     allow_dynamic_smem(kernel, smem_for(warps), device);
     return ctas_per_sm(kernel, warps * 32, smem_for(warps), static_cast<size_t>(device));
@@ -185,37 +182,42 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
 // lets the one after it launch once all its CTAs run: dense x is permuted into the decoders'
 // pairing where it must arrive paired (x_must_arrive_paired; FP4 x is decoded by
-// linear_decode_nvfp4_x_kernel or linear_decode_mxfp4_x_kernel) while the linear kernel's CTAs
+// linear_decode_x_kernel) while the linear kernel's CTAs
 // start and prefetch their weight to L2; then (launch_mma) the reduction of the K ranges
 // (linear_reduce_kernel) waits for the linear kernel, and the next layer's kernel prefetches its
 // own weight meanwhile.
-template <class Format, typename XT, bool kFixup = false>
+template <class Format, typename XT>
 void launch_mma_kernels(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
   at::Tensor paired;
-  bool resident = false;
-  if constexpr (!std::is_same_v<XT, uint8_t>) {
-    resident = resident_x(args, column_tiles);
-    if (!args.x_paired && x_must_arrive_paired(args, column_tiles, resident)) {
-      paired = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
-      const int64_t chunks = args.m * args.k / 8;
-      launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
-                       static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
-      args.x = paired.const_data_ptr();
-      args.x_paired = true;
-    }
+  const bool resident = resident_x(args, column_tiles);
+  if (!args.x_paired && x_must_arrive_paired(args, column_tiles, resident)) {
+    paired = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
+    const int64_t chunks = args.m * args.k / 8;
+    launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
+                     static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
+    args.x = paired.const_data_ptr();
+    args.x_paired = true;
   }
   with_column_tiles(column_tiles, [&](auto tiles_tag) {
     constexpr int kNt = decltype(tiles_tag)::value;
-    if constexpr (!std::is_same_v<XT, uint8_t> && kNt <= 4) {
+    if constexpr (kNt <= 4) {
       // Resident x in several row chunks only ever has 4 tiles (linear_column_tiles).
       if constexpr (kNt == 4) {
-        if (resident && args.m > 8 * kNt) return launch_linear_kernel<Format, XT, kNt, true, kFixup, true>(args, stream, device);
+        if (resident && args.m > 8 * kNt) return launch_linear_kernel<Format, XT, kNt, true, true>(args, stream, device);
       }
-      if (resident) return launch_linear_kernel<Format, XT, kNt, true, kFixup>(args, stream, device);
+      if (resident) return launch_linear_kernel<Format, XT, kNt, true>(args, stream, device);
     }
-    launch_linear_kernel<Format, XT, kNt, false, kFixup>(args, stream, device);
+    launch_linear_kernel<Format, XT, kNt, false>(args, stream, device);
   });
 }
+
+// The dense x the kernels take for x of type XT (uint8_t: FP4 x, decoded first), and FP4 x's
+// decoder (linear_mma.cuh: PrescaledNvfp4XChunk, ExactMxfp4XChunk).
+template <class Format, typename XT>
+using DenseX = std::conditional_t<!std::is_same_v<XT, uint8_t>, XT,
+                                  std::conditional_t<std::is_same_v<Format, Nvfp4Format>, __half, __nv_bfloat16>>;
+template <class Format>
+using XChunk = std::conditional_t<std::is_same_v<Format, Nvfp4Format>, PrescaledNvfp4XChunk, ExactMxfp4XChunk>;
 
 // One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps), the
 // K ranges and row chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out.
@@ -231,20 +233,20 @@ void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
 
-// The warpgroup-MMA kernels for prescaled weights and x of type XT (uint8_t: NVFP4 x): x into their
-// x image (NVFP4 x decoded into prescaled fp16 on the way), then the kernel, with x resident where a
-// CTA's rows and K range fit kResidentXBytes (as for the mma.sync kernels: the bits do not depend on it).
+// The warpgroup-MMA kernels for prescaled weights and x of type XT (uint8_t: FP4 x): x into their
+// x image (FP4 x decoded on the way), then the kernel, with x resident where a CTA's rows and K
+// range fit kResidentXBytes (as for the mma.sync kernels: the bits do not depend on it).
 template <class Format, typename XT>
 void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  using DenseT = std::conditional_t<std::is_same_v<XT, uint8_t>, __half, XT>;
+  using DenseT = DenseX<Format, XT>;
   const int tokens = 8 * column_tiles;
   const int64_t rows = (args.m + tokens - 1) / tokens * tokens;
   const at::Tensor x_image = at::empty({rows, args.k}, options.dtype(std::is_same_v<DenseT, __half> ? at::kHalf : at::kBFloat16));
   const WgmmaXImage image{static_cast<uint8_t*>(x_image.mutable_data_ptr()), args.m, args.steps, tokens};
   if constexpr (std::is_same_v<XT, uint8_t>) {
-    launch_dependent(linear_decode_nvfp4_x_image_kernel, grid_for(rows * args.k / 8, 256), 256, stream,
+    launch_dependent(linear_decode_x_image_kernel<XChunk<Format>>, grid_for(rows * args.k / 8, 256), 256, stream,
                      static_cast<const uint32_t*>(args.x), args.x_scales, image);
-    args.x_prescaled = true;
+    args.x_prescaled = std::is_same_v<Format, Nvfp4Format>;
     args.x_scales = nullptr;
   } else {
     launch_dependent(linear_wgmma_x_image_kernel<XT>, grid_for(rows * args.k / 32, 256), 256, stream,
@@ -266,47 +268,23 @@ LinearArgs with_decoded_x(LinearArgs args, const at::Tensor& decoded, bool paire
   return args;
 }
 
-// MXFP4 x decoded once per call into bf16 values (linear_decode_mxfp4_x_kernel), exact for block
-// scales 2^-124 .. 2^116, for the dense bf16 kernels, whose CTAs compute from the FP4 x instead
-// where the decode flagged a block outside that window (kFixup: the same bits, fma_by_e8m0_pair).
-void launch_decoded_mxfp4_x(LinearArgs args, int column_tiles, bool pairing, const at::TensorOptions& options, cudaStream_t stream,
-                            int device) {
-  constexpr unsigned kMaxDecodeCtas = 1024;  // flags each linear CTA reads in one pass
-  const int64_t chunks = args.m * args.k / 8;
-  const unsigned decode_ctas = std::min(grid_for(chunks, 256), kMaxDecodeCtas);
-  const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kBFloat16));
-  const at::Tensor outside = at::empty({decode_ctas}, options.dtype(at::kInt));
-  launch_dependent(pairing ? linear_decode_mxfp4_x_kernel<true> : linear_decode_mxfp4_x_kernel<false>, decode_ctas, 256, stream,
-                   static_cast<const uint32_t*>(args.x), args.x_scales, static_cast<uint4*>(decoded.mutable_data_ptr()), chunks,
-                   outside.mutable_data_ptr<int>());
-  args.fp4_x = args.x;
-  args.fp4_x_scales = args.x_scales;
-  args.fixup_flags = outside.const_data_ptr<int>();
-  args.fixup_flag_count = static_cast<int>(decode_ctas);
-  launch_mma_kernels<Mxfp4Format, __nv_bfloat16, true>(with_decoded_x(args, decoded, pairing), column_tiles, options, stream,
-                                                        device);
-}
-
-// The mma.sync kernels for x of type XT (uint8_t: FP4 x). FP4 x is decoded
-// once into the B values the kernels would otherwise build from it in every warp, in the pairing
-// (free there, and no resident kernel pairs it again) except for one column tile staged per step,
-// which pairs x as it loads it; then runs as dense x: NVFP4 as prescaled fp16
-// (linear_decode_nvfp4_x_kernel), MXFP4 as bf16 values (launch_decoded_mxfp4_x).
+// The mma.sync kernels for x of type XT (uint8_t: FP4 x). FP4 x is decoded once into the dense x
+// (XChunk: NVFP4 as prescaled fp16, MXFP4 as its exact bf16 values) whose B values the kernels would
+// otherwise build from it in every warp, in the pairing (free there, and no resident kernel pairs
+// it again) except for one column tile staged per step, which pairs x as it loads it.
 template <class Format, typename XT>
 void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  constexpr bool kFp4X = std::is_same_v<XT, uint8_t>, kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  const bool pairing = column_tiles > 1 || resident_x(args, column_tiles);
-  if constexpr (kFp4X && kNvfp4) {
+  using DenseT = DenseX<Format, XT>;
+  if constexpr (std::is_same_v<XT, uint8_t>) {
+    const bool pairing = column_tiles > 1 || resident_x(args, column_tiles);
     const int64_t chunks = args.m * args.k / 8;
-    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(at::kHalf));
-    launch_dependent(pairing ? linear_decode_nvfp4_x_kernel<true> : linear_decode_nvfp4_x_kernel<false>, grid_for(chunks, 256),
-                     256, stream, static_cast<const uint32_t*>(args.x), args.x_scales,
+    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(std::is_same_v<DenseT, __half> ? at::kHalf : at::kBFloat16));
+    launch_dependent(pairing ? linear_decode_x_kernel<XChunk<Format>, true> : linear_decode_x_kernel<XChunk<Format>, false>,
+                     grid_for(chunks, 256), 256, stream, static_cast<const uint32_t*>(args.x), args.x_scales,
                      static_cast<uint4*>(decoded.mutable_data_ptr()), chunks);
     LinearArgs dense = with_decoded_x(args, decoded, pairing);
-    dense.x_prescaled = true;
-    launch_mma_kernels<Format, __half>(dense, column_tiles, options, stream, device);
-  } else if constexpr (kFp4X) {
-    launch_decoded_mxfp4_x(args, column_tiles, pairing, options, stream, device);
+    dense.x_prescaled = std::is_same_v<Format, Nvfp4Format>;
+    launch_mma_kernels<Format, DenseT>(dense, column_tiles, options, stream, device);
   } else {
     launch_mma_kernels<Format, XT>(args, column_tiles, options, stream, device);
   }
@@ -316,7 +294,7 @@ void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions&
 // says so, else on mma.sync; then the K ranges' reduction.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  if constexpr (LinearLayout<Format, XT, 1>::kPrescaled) {
+  if constexpr (LinearLayout<Format, DenseX<Format, XT>, 1>::kPrescaled) {
     if (linear_wgmma(column_tiles, device)) {
       launch_wgmma<Format, XT>(args, column_tiles, options, stream, device);
     } else {
@@ -414,7 +392,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int device = x.get_device();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  const bool prescaled = nvfp4 || (!x_scales.has_value() && x.scalar_type() == at::kBFloat16);  // LinearLayout::kPrescaled
+  const bool prescaled = nvfp4 || x_scales.has_value() || x.scalar_type() == at::kBFloat16;  // LinearLayout::kPrescaled
   const int tiles = linear_column_tiles(m, n, splits, args.range_steps, prescaled);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;

@@ -28,13 +28,11 @@
 // significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4 with
 // dense bf16 x likewise, by 2^(E - 127) times a power of two, in every step whose block scales lie
 // in bf16's window for it (mxfp4_lane_factors); a step outside it adds zeros there, and its block
-// sums are added after the main loop (linear_mxfp4_outside_pass). Other MXFP4 (fp16 x, whose type
-// cannot hold the E8M0 range, and x decoded from MXFP4, which shares its bits with the FP4-x
-// fixup): each 32-element block's two MMAs sum into a zeroed fragment that is scaled in fp32 and
-// added (one fma) to the accumulator. FP4 x: decoded like W
-// (fp16); NVFP4 x once per call, prescaled likewise, into dense fp16 x (linear_decode_nvfp4_x_kernel),
-// MXFP4 x once per call into exact bf16 values (linear_decode_mxfp4_x_kernel), or, in a call with a
-// block scale outside their exact window, in each warp, scaled with W's block scale in fp32 (kFixup).
+// sums are added after the main loop (linear_mxfp4_outside_pass). MXFP4 with fp16 x (a type that
+// cannot hold the E8M0 range): each 32-element block's two MMAs sum into a zeroed fragment that is
+// scaled in fp32 and added (one fma) to the accumulator. FP4 x is decoded once per call into dense x: NVFP4 x prescaled
+// like W into fp16, MXFP4 x into its exact bf16 values (linear_decode_x_kernel), which then run as
+// any dense bf16 x.
 #pragma once
 
 #include <cstdint>
@@ -60,10 +58,10 @@ struct LinearArgs {
   const uint8_t* w_data;    // [N, K/2]
   const uint8_t* w_scales;  // [N, K/block], linear
   const float* w_global;    // NVFP4 global scale of W, or nullptr (1)
-  const void* x;            // [M, K] fp16/bf16, or uint8 [M, K/2]
-  const uint8_t* x_scales;  // [M, K/block] for FP4 x, else nullptr
+  const void* x;            // [M, K] fp16/bf16 (FP4 x: uint8 [M, K/2] until decoded, linear.cu)
+  const uint8_t* x_scales;  // [M, K/block] for FP4 x until decoded, else nullptr
   const float* x_global;    // NVFP4 global scale of FP4 x, or nullptr (1)
-  bool x_prescaled;         // dense x from linear_decode_nvfp4_x_kernel, carrying 2^kExponent like W
+  bool x_prescaled;         // dense x decoded from NVFP4 x (PrescaledNvfp4XChunk), carrying 2^kExponent like W
   bool x_paired;            // dense x is in the decoders' pairing already (resident x: not paired again)
   const void* bias;         // [N] or nullptr
   LinearBias bias_type;
@@ -76,12 +74,6 @@ struct LinearArgs {
   int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
   int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
   int live_tokens;          // resident x in one row chunk: rows of x staged (M)
-  // MXFP4 x decoded once per call (linear_decode_mxfp4_x_kernel, x above): the decode's flags, one
-  // per decode CTA, and the FP4 x that a kernel with kFixup computes from where one is set.
-  const int* fixup_flags;
-  int fixup_flag_count;
-  const void* fp4_x;
-  const uint8_t* fp4_x_scales;
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -148,41 +140,38 @@ __device__ __forceinline__ uint32_t mxfp4_codes_outside(uint32_t codes) {
 
 // Shared memory: kLinearStages stages, each [W codes: warp][16 rows][64 bytes] (16-byte units
 // XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [W scales: warp][16
-// rows][blocks of the step], [x: token][one step] (dense: 256 bytes, units swizzled by the
-// token's parity; FP4: 64 bytes of codes padded to 80), [FP4 x scales: token][blocks of the step].
-template <class FormatT, typename XT, int kNt, bool kResident = false, bool kRowChunks = false, bool kDecodedMxfp4X = false>
+// rows][blocks of the step], [x: token][one step] (256 bytes, units swizzled by the token's parity).
+template <class FormatT, typename XT, int kNt, bool kResident = false, bool kRowChunks = false>
 struct LinearLayout {
   using Format = FormatT;
   using XType = XT;
+  using MmaT = XT;
+  static_assert(std::is_same_v<XT, __half> || std::is_same_v<XT, __nv_bfloat16>, "dense x (FP4 x is decoded first)");
   static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  static constexpr bool kFp4X = std::is_same_v<XT, uint8_t>;
-  using MmaT = std::conditional_t<kFp4X, __half, XT>;
   // W's block scales multiplied into its decoded values (see "Scaling" above), and the power of
   // two that leaves on the sums, undone at the store (linear_store_sums).
-  static constexpr bool kPrescaled = kNvfp4 || (std::is_same_v<XT, __nv_bfloat16> && !kDecodedMxfp4X);
+  static constexpr bool kPrescaled = kNvfp4 || std::is_same_v<XT, __nv_bfloat16>;
   static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : kPrescaled ? kMxfp4PrescaleExponent : 0;
   static constexpr int kTokens = 8 * kNt;
   // Dense x staged per step arrives in the decoders' pairing (linear_permute_x_kernel) for more than
   // one column tile; with one, each warp pairs its B registers itself (fewer instructions than a
   // launch). Resident x is paired in place once staged unless it arrives paired (LinearArgs::x_paired).
-  static constexpr bool kXPermuted = !kFp4X && kNt > 1 && !kResident;
+  static constexpr bool kXPermuted = kNt > 1 && !kResident;
   // Resident x (dense x, at most 32 rows): the CTA stages its whole K range of x once, paired, after
   // the ring; the ring then carries only the weight, each warp waits for its own copies alone, and
   // the steps need no CTA barrier (linear_copy_resident_x).
   static constexpr bool kXResident = kResident;
-  static_assert(!kResident || (!kFp4X && kNt <= 4), "resident x: dense x, at most 4 column tiles");
+  static_assert(!kResident || kNt <= 4, "resident x: at most 4 column tiles");
   // Resident x in more than one row chunk (gridDim.z > 1): each CTA stages its chunk's rows.
   static constexpr bool kResidentRowChunks = kRowChunks;
   static_assert(!kRowChunks || kResident, "row chunks of resident x");
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
   static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
-  static constexpr int kXRowBytes = kFp4X ? kLinearStepElems / 2 + 16 : kLinearStepElems * 2;
-  static constexpr int kXScaleBytes = kFp4X ? kTokens * kBlocksPerStep : 0;
+  static constexpr int kXRowBytes = kLinearStepElems * 2;
   static constexpr size_t w_scales_offset(int warps) { return static_cast<size_t>(warps) * kWCodeBytes; }
   static constexpr size_t x_offset(int warps) { return w_scales_offset(warps) + static_cast<size_t>(warps) * kWScaleBytes; }
-  static constexpr size_t x_scales_offset(int warps) { return x_offset(warps) + (kXResident ? 0 : kTokens * kXRowBytes); }
-  static constexpr size_t stage_bytes(int warps) { return x_scales_offset(warps) + kXScaleBytes; }
+  static constexpr size_t stage_bytes(int warps) { return x_offset(warps) + (kXResident ? 0 : kTokens * kXRowBytes); }
   static constexpr size_t smem_bytes(int warps) { return kLinearStages * stage_bytes(warps); }
   // Resident x, after the ring: `tokens` rows of `range_steps` steps of 256 bytes, then, where the
   // column tiles have rows past M, one zeroed row that their lanes read instead.
@@ -300,28 +289,6 @@ __device__ __forceinline__ void linear_issue_dense_x(const LinearArgs& args, con
   }
 }
 
-// Issues the copies of FP4 x for step `step` into the stage at `stage` (shared address), from all
-// threads: the CTA's slice of x and its scales (rows past M are zeros).
-template <class Layout>
-__device__ __forceinline__ void linear_issue_fp4_x(const LinearArgs& args, const LinearThread& th, int64_t step, uint32_t stage) {
-  using Format = typename Layout::Format;
-  const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
-  const uint32_t x_stage = stage + Layout::x_offset(th.warps);
-  const int threads = th.warps * 32, tid = th.warp * 32 + th.lane;
-  for (int q = tid; q < Layout::kTokens * 4; q += threads) {
-    const int token = q >> 2, c = q & 3;
-    const bool valid = th.token0 + token < args.m;
-    const uint8_t* src = static_cast<const uint8_t*>(args.x) + (valid ? (th.token0 + token) * k_bytes + step * 64 + c * 16 : 0);
-    cp_async_16_or_zeros(x_stage + token * Layout::kXRowBytes + c * 16, src, valid);
-  }
-  for (int token = tid; token < Layout::kTokens; token += threads) {
-    const bool valid = th.token0 + token < args.m;
-    const uint8_t* src = args.x_scales + (valid ? (th.token0 + token) * k_blocks + step * Layout::kBlocksPerStep : 0);
-    cp_async_small_or_zeros<Layout::kBlocksPerStep>(stage + Layout::x_scales_offset(th.warps) + token * Layout::kBlocksPerStep, src,
-                                                    valid);
-  }
-}
-
 // One B register of the decoders' pairing from 8 elements of dense x in their natural order.
 __device__ __forceinline__ uint32_t pair_for(Pairing pairing, const uint32_t (&words)[4], int r) {
   const int lo = element_for(pairing, r, 0), hi = element_for(pairing, r, 1);
@@ -386,69 +353,54 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
   }
 }
 
-// NVFP4 x (W4A4), decoded once per call instead of once per warp that uses it: each 8 elements (32
-// bits of codes) as the fp16 decoder's four registers, each times the factor of its block's scale
-// (LinearScaling<__half>, as W is prescaled: exact, carrying 2^kExponent, which the kernel undoes
-// with W's: LinearArgs::x_prescaled). Chunk i of `codes` ([M, K/2] bytes as words), with `scales`
-// ([M, K/16] E4M3 codes, linear).
-__device__ __forceinline__ Regs4 prescaled_nvfp4_x_chunk(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales,
-                                                         int64_t i) {
-  using Scaling = LinearScaling<__half>;
-  Regs4 v = Scaling::decode(codes[i]);
-  const uint32_t factor = Scaling::factor(e4m3x2_to_float2(scales[i / 2]).x);  // 16-element blocks: two chunks each
+// FP4 x (W4A4) is decoded once per call into the dense x the kernels take, 8 elements (32 bits of
+// codes, chunk i of `codes`: [M, K/2] bytes as words) at a time, with `scales` ([M, K/block] codes,
+// linear), as four registers in the decoders' pairing:
+// - NVFP4: the fp16 decoder's registers, each times the factor of its block's scale
+//   (LinearScaling<__half>, as W is prescaled: exact, carrying 2^kExponent, which the kernel undoes
+//   with W's: LinearArgs::x_prescaled);
+// - MXFP4: each element's exact value e2m1 * 2^(E - 127) in bf16 (E its block's E8M0 code; NaN where
+//   E is 0xFF). bf16 holds every one of them, as a subnormal down to 2^-128 (E = 0), except those of
+//   2^128 and more (E 253 and 254 with the larger elements), beyond fp32 too, which become
+//   infinities. So MXFP4 x gives the bits of its bf16 dequantization as dense x.
+struct PrescaledNvfp4XChunk {
+  using DenseT = __half;
+  static constexpr Pairing kPairing = LinearScaling<__half>::kPairing;
+  static __device__ __forceinline__ Regs4 decode(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t i) {
+    using Scaling = LinearScaling<__half>;
+    Regs4 v = Scaling::decode(codes[i]);
+    const uint32_t factor = Scaling::factor(e4m3x2_to_float2(scales[i / 2]).x);  // 16-element blocks: two chunks each
 #pragma unroll
-  for (int r = 0; r < 4; ++r) v.reg[r] = Scaling::mul(v.reg[r], factor);
-  return v;
-}
-
-// NVFP4 x decoded once per call (prescaled_nvfp4_x_chunk) for the dense fp16 kernels. kPaired: 16
-// bytes in the pairing in which linear_permute_x_kernel leaves dense x; else in the natural order,
-// which the one-tile kernel staged per step pairs as it loads. Rows of whole steps.
-template <bool kPaired>
-__global__ void __launch_bounds__(256) linear_decode_nvfp4_x_kernel(const uint32_t* __restrict__ codes,
-                                                                   const uint8_t* __restrict__ scales,
-                                                                   uint4* __restrict__ out, int64_t chunks) {
-  using Scaling = LinearScaling<__half>;
-  linear_dependent_start();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Regs4 v = prescaled_nvfp4_x_chunk(codes, scales, i);
-    if constexpr (!kPaired) v = natural_order(Scaling::kPairing, v);
-    out[i] = make_uint4(v.reg[0], v.reg[1], v.reg[2], v.reg[3]);
+    for (int r = 0; r < 4; ++r) v.reg[r] = Scaling::mul(v.reg[r], factor);
+    return v;
   }
-}
-
-// MXFP4 x (W4A4), decoded once per call instead of once per warp that uses it: each element as
-// bf16 e2m1 * 2^(E - 127) (E its block's E8M0 code; NaN where E is 0xFF), which the dense bf16
-// kernels then take like bf16 x, with the same bits as the FP4-x kernel (fma_by_e8m0_pair) where
-// every product and block sum is exact: E in [kMxfp4XExactMin, kMxfp4XExactMax] keeps each value,
-// product and 32-element block sum (a multiple of 2^(E - 129) below 2^(E - 116)) a normal bf16 /
-// fp32 number. A block outside that window with a nonzero code sets this CTA's flag in `outside`
-// (one int per CTA: 0 or 1), and the dense kernel's CTAs then compute from the FP4 x instead
-// (linear_mma_kernel's kFixup); all-zero blocks (a zero block max gives E = 0) contribute zeros
-// either way. kPaired: as linear_decode_nvfp4_x_kernel. `codes`: [M, K/2] bytes as words;
-// `scales`: [M, K/32] E8M0 codes.
-constexpr uint32_t kMxfp4XExactMin = 3, kMxfp4XExactMax = 243;
-template <bool kPaired>
-__global__ void __launch_bounds__(256) linear_decode_mxfp4_x_kernel(const uint32_t* __restrict__ codes,
-                                                                   const uint8_t* __restrict__ scales,
-                                                                   uint4* __restrict__ out, int64_t chunks,
-                                                                   int* __restrict__ outside) {
-  linear_dependent_start();
-  bool any_outside = false;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t word = codes[i], e = scales[i / 4];  // 32-element blocks: four chunks each
-    const uint32_t clamped = e < kMxfp4XExactMin ? kMxfp4XExactMin : (e > kMxfp4XExactMax ? kMxfp4XExactMax : e);
-    any_outside |= clamped != e && e != kE8M0NaN && (word & 0x77777777u) != 0;
-    // 2^(clamped - 127) in both halves: bf16's exponent field is the E8M0 code.
-    const uint32_t factor = e == kE8M0NaN ? 0x7FC07FC0u : (clamped << 7 | clamped << 23);
-    Regs4 v = DenseOperand<__nv_bfloat16>::decode(word);  // exact E2M1 values
+};
+struct ExactMxfp4XChunk {
+  using DenseT = __nv_bfloat16;
+  static constexpr Pairing kPairing = kLinearPairing<__nv_bfloat16>;
+  static __device__ __forceinline__ Regs4 decode(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t i) {
+    const uint32_t e = scales[i / 4];  // 32-element blocks: four chunks each
+    // 2^(E - 127) in both halves: bf16's exponent field is the E8M0 code; 2^-127 is the subnormal 0x0040.
+    const uint32_t factor = e == kE8M0NaN ? 0x7FC07FC0u : e == 0 ? 0x00400040u : (e << 7 | e << 23);
+    Regs4 v = DenseOperand<__nv_bfloat16>::decode(codes[i]);  // exact E2M1 values
 #pragma unroll
     for (int r = 0; r < 4; ++r) v.reg[r] = LinearScaling<__nv_bfloat16>::mul(v.reg[r], factor);
-    if constexpr (!kPaired) v = natural_order(kLinearPairing<__nv_bfloat16>, v);
+    return v;
+  }
+};
+
+// FP4 x decoded once per call (Chunk: PrescaledNvfp4XChunk, ExactMxfp4XChunk) for the dense kernels.
+// kPaired: 16 bytes in the pairing in which linear_permute_x_kernel leaves dense x; else in the
+// natural order, which the one-tile kernel staged per step pairs as it loads. Rows of whole steps.
+template <class Chunk, bool kPaired>
+__global__ void __launch_bounds__(256) linear_decode_x_kernel(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                                                             uint4* __restrict__ out, int64_t chunks) {
+  linear_dependent_start();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < chunks; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Regs4 v = Chunk::decode(codes, scales, i);
+    if constexpr (!kPaired) v = natural_order(Chunk::kPairing, v);
     out[i] = make_uint4(v.reg[0], v.reg[1], v.reg[2], v.reg[3]);
   }
-  const bool block_outside = __syncthreads_or(any_outside);
-  if (threadIdx.x == 0) outside[blockIdx.x] = block_outside ? 1 : 0;
 }
 
 // 8 elements of dense x as B registers in the decoders' pairing (register r = (element_for(r, 0),
@@ -504,20 +456,6 @@ __device__ __forceinline__ void linear_pair_resident_x(const LinearArgs& args, c
 // hi: 4-7): block 2u + t/2 for unit u, as byte u.
 __device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selector) {
   return __byte_perm(codes.x, codes.y, selector);
-}
-
-// acc + d * 2^(ea - 127) * 2^(eb - 127) * 2^undo, rounded once (an fma), for E8M0 codes ea, eb
-// (0xFF: NaN): MXFP4 x decoded per warp. The kernels that take it decoded once per call (as bf16
-// values e2m1 * 2^(eb - 127), linear_decode_mxfp4_x_kernel) compute fma(d', 2^(ea - 127), acc) with
-// d' = d * 2^(eb - 127) * 2^undo exactly, the same real product: so both give the same bits, and
-// a row's result does not depend on whether another row's blocks send its call's CTAs to the FP4 x
-// (kFixup). The exponent is applied as e8m0_pair_factors' two normal powers of two (d * first
-// exact; past their clamps the product overflows or is far below acc's last bit either way); a NaN
-// factor makes the fma's canonical NaN, as the decoded kernels' does.
-__device__ __forceinline__ float fma_by_e8m0_pair(float d, uint32_t ea, uint32_t eb, int undo, float acc) {
-  const E8m0PairFactors f = e8m0_pair_factors(ea, eb, undo);
-  const float second = ea == kE8M0NaN || eb == kE8M0NaN ? bits_to_float(0x7FC00000u) : f.second;
-  return __fmaf_rn(mul_rn(d, f.first), second, acc);
 }
 
 // NVFP4, one step of a warp's weight: per unit u and row half h (rows g, g + 8), the factor (block
@@ -604,7 +542,6 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
   const uint32_t scales_g = stage + lane.scales_g;
 
   if constexpr (Layout::kPrescaled) {
-    static_assert(!Layout::kFp4X, "NVFP4 x is decoded once per call (linear_decode_nvfp4_x_kernel)");
     uint32_t factors[4][2];
     const bool outside = prescaled_lane_factors<Layout>(scales_g, lane, factors);
 #pragma unroll
@@ -621,48 +558,24 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
     }
     return outside;
   } else {
-    // MXFP4: exact E2M1 values (fp16: times 2^kDecodeExponent), each unit one block.
-    constexpr int kDecodeExponent = std::is_same_v<MmaT, __half> ? DenseOperand<__half>::kDecodeExponent : 0;
+    // MXFP4 with fp16 x: exact E2M1 values times 2^kDecodeExponent, each unit one block.
+    static_assert(std::is_same_v<MmaT, __half>);
+    constexpr int kDecodeExponent = DenseOperand<__half>::kDecodeExponent;
     const uint32_t codes_g = lds_u32(scales_g), codes_g8 = lds_u32(scales_g + 8 * 4);
-    [[maybe_unused]] uint32_t x_scale_codes[kNt][2];
-    if constexpr (Layout::kFp4X) {
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        const uint32_t base = stage + Layout::x_scales_offset(th.warps) + (8 * j + 2 * th.t) * 4;
-        x_scale_codes[j][0] = lds_u32(base), x_scale_codes[j][1] = lds_u32(base + 4);
-      }
-    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const Regs4 a0 = DenseOperand<MmaT>::decode(words[u][0]), a1 = DenseOperand<MmaT>::decode(words[u][1]);
-      const uint32_t sa_codes[2] = {codes_g >> (8 * u) & 0xFFu, codes_g8 >> (8 * u) & 0xFFu};
-      [[maybe_unused]] float sa[2];
-      if constexpr (!Layout::kFp4X) {
-        sa[0] = mul_rn(e8m0_decode(sa_codes[0]), exp2_int(-kDecodeExponent));
-        sa[1] = mul_rn(e8m0_decode(sa_codes[1]), exp2_int(-kDecodeExponent));
-      }
+      const float sa[2] = {mul_rn(e8m0_decode(codes_g >> (8 * u) & 0xFFu), exp2_int(-kDecodeExponent)),
+                           mul_rn(e8m0_decode(codes_g8 >> (8 * u) & 0xFFu), exp2_int(-kDecodeExponent))};
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
-        const int token = 8 * j + th.g;
-        Regs4 b;
-        if constexpr (Layout::kFp4X) {
-          b = DenseOperand<MmaT>::decode(lds_u32(x_step + token * Layout::kXRowBytes + u * 16 + 4 * th.t));
-        } else {
-          b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
-        }
+        const Regs4 b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
         mma_m16n8k16<MmaT>(d, {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
         // d[i]: row g (i < 2) or g + 8, column 2t + i % 2 of this tile.
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if constexpr (Layout::kFp4X) {
-            const uint32_t sb = x_scale_codes[j][i % 2] >> (8 * u) & 0xFFu;
-            acc.v[j][i] = fma_by_e8m0_pair(d[i], sa_codes[i / 2], sb, -2 * kDecodeExponent, acc.v[j][i]);
-          } else {
-            acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
-          }
-        }
+        for (int i = 0; i < 4; ++i) acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
       }
     }
     return false;
@@ -750,11 +663,9 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
 
 // At least two CTAs per SM (at most 128 registers) where ptxas would otherwise use fewer registers
 // than that and recompute per-thread constants every step (resident x; prescaled weights with 8
-// column tiles, whose ring allows two CTAs anyway), or more (FP4 x with 8 column tiles, also under
-// kFixup).
-template <class Format, typename XT, int kNt, bool kResident, bool kFixup>
-constexpr int kLinearMinCtas =
-    kResident || (kNt == 8 && (LinearLayout<Format, XT, kNt>::kPrescaled || std::is_same_v<XT, uint8_t> || kFixup)) ? 2 : 0;
+// column tiles, whose ring allows two CTAs anyway).
+template <class Format, typename XT, int kNt, bool kResident>
+constexpr int kLinearMinCtas = kResident || (kNt == 8 && LinearLayout<Format, XT, kNt>::kPrescaled) ? 2 : 0;
 
 // A CTA's sums out: acc.v[j][i] is weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. Prescaled
 // operands carried a power of two each (Layout::kWCarriedExponent; pre-decoded NVFP4 x,
@@ -798,9 +709,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
   const auto issue = [&](int i) {
     if (i < count) {
       weight.issue_next(th, issue_stage);
-      if constexpr (Layout::kFp4X) {
-        linear_issue_fp4_x<Layout>(args, th, th.step_begin + i, issue_stage);
-      } else if constexpr (!Layout::kXResident && kNt == 8) {
+      if constexpr (!Layout::kXResident && kNt == 8) {
         linear_issue_dense_x<Layout>(args, th, th.step_begin + i, issue_stage);
       } else if constexpr (!Layout::kXResident) {
         x_copies.issue_next(issue_stage);
@@ -909,30 +818,13 @@ __device__ __forceinline__ int linear_kernel_begin(const LinearArgs& args, Linea
   return count;
 }
 
-// kFixup (MXFP4 x decoded once per call into the bf16 x this kernel takes): where the decode flagged
-// a nonzero block outside its exact window, the CTA computes from the FP4 x instead, as the FP4-x
-// kernel would (LinearArgs::fp4_x): the same bits where both are exact (fma_by_e8m0_pair), so a
-// row's result does not depend on the other rows of the call. One uniform branch per CTA, after
-// the wait that makes the decode's flags visible. Both bodies scale W per block (the decoded x's
-// layout has kDecodedMxfp4X), unlike the kernels for dense bf16 x.
-template <class Format, typename XT, int kNt, bool kResident, bool kFixup = false, bool kRowChunks = false>
-__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident, kFixup>)) linear_mma_kernel(LinearArgs args) {
-  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks, kFixup>;
-  static_assert(!kFixup || (std::is_same_v<Format, Mxfp4Format> && std::is_same_v<XT, __nv_bfloat16>),
-                "kFixup: MXFP4 x decoded to bf16");
+// The kernel for dense x: linear_kernel_begin, then linear_mma_cta.
+template <class Format, typename XT, int kNt, bool kResident, bool kRowChunks = false>
+__global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResident>)) linear_mma_kernel(LinearArgs args) {
+  using Layout = LinearLayout<Format, XT, kNt, kResident, kRowChunks>;
   extern __shared__ __align__(128) uint8_t smem[];
   LinearThread th;
   const int count = linear_kernel_begin<Layout>(args, th);
-  if constexpr (kFixup) {
-    int outside = 0;
-    for (int f = threadIdx.x; f < args.fixup_flag_count; f += blockDim.x) outside |= args.fixup_flags[f];
-    if (__syncthreads_or(outside)) {
-      LinearArgs fp4 = args;
-      fp4.x = args.fp4_x;
-      fp4.x_scales = args.fp4_x_scales;
-      return linear_mma_cta<LinearLayout<Format, uint8_t, kNt, false>>(fp4, th, count, smem);
-    }
-  }
   linear_mma_cta<Layout>(args, th, count, smem);
 }
 

@@ -1,6 +1,7 @@
 // The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a), for prescaled weights (NVFP4 with
-// dense x, fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16; MXFP4 with dense bf16
-// x): the calls whose CTAs take 32 or 64 rows of x (linear.cu, linear_wgmma).
+// dense x, fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16; MXFP4 with bf16 x,
+// dense or decoded from MXFP4 x): the calls whose CTAs take 32 or 64 rows of x (linear.cu,
+// linear_wgmma).
 //
 // Each warp decodes its 16 weight rows into exactly the A fragments of linear_mma.cuh's prescaled
 // path (same ring, same decode, same prescaling) and hands them to the warpgroup's MMAs, which read the
@@ -11,7 +12,7 @@
 // here as there, and their block sums after the main loop (linear_mxfp4_outside_pass).
 //
 // x reaches these kernels as an "x image" (linear_wgmma_x_image_kernel,
-// linear_decode_nvfp4_x_image_kernel): per row chunk of the CTA's rows, step after step, each
+// linear_decode_x_image_kernel): per row chunk of the CTA's rows, step after step, each
 // step exactly the bytes the CTA holds in shared memory for it. So one bulk copy stages a step
 // (or, resident, the CTA's whole K range), and wgmma reads it through the same async proxy that
 // wrote it: no proxy fence, no per-thread x copies.
@@ -75,17 +76,19 @@ __global__ void __launch_bounds__(256) linear_wgmma_x_image_kernel(const uint4* 
   }
 }
 
-// NVFP4 x (W4A4) decoded once per call (prescaled_nvfp4_x_chunk) into the x image, one chunk of 8
-// elements a thread: its four registers go to word (chunk % 4) of the unit's four k groups.
-__global__ void __launch_bounds__(256) linear_decode_nvfp4_x_image_kernel(const uint32_t* __restrict__ codes,
-                                                                         const uint8_t* __restrict__ scales, WgmmaXImage image) {
+// FP4 x (W4A4) decoded once per call (Chunk: PrescaledNvfp4XChunk, ExactMxfp4XChunk) into the x
+// image, one chunk of 8 elements a thread: its four registers go to word (chunk % 4) of the unit's
+// four k groups.
+template <class Chunk>
+__global__ void __launch_bounds__(256) linear_decode_x_image_kernel(const uint32_t* __restrict__ codes,
+                                                                   const uint8_t* __restrict__ scales, WgmmaXImage image) {
   linear_dependent_start();
   const int64_t row_chunks = image.steps * 16;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < image.rows() * row_chunks;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / row_chunks;
     const int q = static_cast<int>(i % 16);  // chunk within its step
-    const Regs4 v = row < image.m ? prescaled_nvfp4_x_chunk(codes, scales, i) : Regs4{};
+    const Regs4 v = row < image.m ? Chunk::decode(codes, scales, i) : Regs4{};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       reinterpret_cast<uint32_t*>(image.out + image.offset(row, i % row_chunks / 16, 4 * (q / 4) + c))[q % 4] = v.reg[c];
