@@ -1,11 +1,14 @@
-"""MXFP4 weights with dense bf16 x in fp4ops.linear on CUDA. The kernels multiply each block's
-E8M0 scale into the decoded weight (bf16 value x 2^(E - 132), exact for codes 0..133) so that the
-MMAs sum a whole K range; a warp's step with a larger code (scales from 2^7, NaN) adds zeros there
-and its block sums after the main loop. Here weights sit at both edges of that window: codes 0..6
-(prescaled values below bf16's normal range, products below fp32's), codes 133 and 134 in single
-blocks, whole warps of rows outside it, and an all-zero row; every result is checked against
-SPEC 5's bound (a step left out or added twice fails it), and every row of every batch of 1..64
-rows bitwise against its one-row call, across the mma.sync and warpgroup-MMA kernels."""
+"""MXFP4 weights in fp4ops.linear on CUDA. The kernels multiply each block's E8M0 scale into the
+decoded weight so that the MMAs sum a whole K range, exactly for the codes whose values the MMA's
+type holds: bf16 x (value x 2^(E - 132)) codes 0..133; fp16 x (the value itself) a window of 25-30
+codes that depends on the GPU's E2M1 decoder (107..136 on Hopper, 104..128 on Ampere and Ada's
+code path, 113..140 with Blackwell's conversion). A warp's step with a code outside it (NaN
+included) adds zeros there and its block sums after the main loop. Here weights sit at the edges
+of both windows: codes 0..6 (bf16 subnormals; below fp16's window), single blocks at each window's
+first and last code and one past them, whole warps of rows above both, and an all-zero row; every
+result is checked against SPEC 5's bound (a step left out or added twice fails it), and every row
+of every batch of 1..64 rows bitwise against its one-row call, across the mma.sync and
+warpgroup-MMA kernels."""
 
 from __future__ import annotations
 
@@ -21,7 +24,10 @@ import fp4ops
 # The first 48 weight rows (three warps of 16 rows) and their scale codes.
 EDGE_ROWS = 48
 TYPICAL, TINY, OUTSIDE = range(0, 16), range(16, 32), range(32, 48)
-SINGLE_BLOCKS = {3: (5, 150), 12: (30, 134), 9: (17, 133)}  # row: (block, code) in the typical warp
+# row: (block, code) in the typical warp: the windows' first and last codes and their neighbours.
+SINGLE_BLOCKS = {3: (5, 150), 12: (30, 134), 9: (17, 133), 0: (1, 103), 1: (2, 104), 2: (3, 106), 4: (6, 107),
+                 5: (9, 112), 6: (10, 113), 7: (12, 128), 8: (14, 129), 10: (20, 136), 11: (25, 137), 13: (27, 140),
+                 14: (29, 141)}
 ZERO_ROW = 40  # code 0 and zero elements, among the outside rows
 
 
@@ -31,7 +37,7 @@ def edge_weight(n: int, k: int) -> fp4ops.MXFP4Tensor:
     scales, data = w.scales.view(torch.uint8).clone(), w.data.clone()
     blocks = scales.shape[1]
     scales[TINY.start:TINY.stop] = torch.randint(0, 7, (len(TINY), blocks), device="cuda", dtype=torch.uint8)
-    scales[OUTSIDE.start:OUTSIDE.stop] = torch.randint(134, 201, (len(OUTSIDE), blocks), device="cuda", dtype=torch.uint8)
+    scales[OUTSIDE.start:OUTSIDE.stop] = torch.randint(142, 201, (len(OUTSIDE), blocks), device="cuda", dtype=torch.uint8)
     for row, (block, code) in SINGLE_BLOCKS.items():
         scales[row, block] = code
     scales[ZERO_ROW], data[ZERO_ROW] = 0, 0
@@ -43,13 +49,14 @@ def first_rows(w: fp4ops.MXFP4Tensor, rows: int) -> fp4ops.MXFP4Tensor:
 
 
 @requires_cuda
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 # One small layer (two K ranges of 4 steps); one whose K ranges of 9-10 steps put 17-32 rows on
 # the kernel that stages x per step.
 @pytest.mark.parametrize(("n", "k"), [(48, 1024), (10240, 8576)])
-def test_window_edges_within_bound(n, k, out_dtype):
+def test_window_edges_within_bound(n, k, out_dtype, x_dtype):
     w = edge_weight(n, k)
-    x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, k, device="cuda", dtype=x_dtype)
     for m in (1, 9, 17, 40, 64):
         y = fp4ops.linear(x[:m], w, out_dtype=out_dtype)
         assert_within_bound(y[:, :EDGE_ROWS], x[:m], first_rows(w, EDGE_ROWS), None, out_dtype, "cuda")
@@ -61,10 +68,11 @@ def test_window_edges_within_bound(n, k, out_dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("n", "k"), [(48, 1024), (10240, 8576)])
-def test_window_edges_rows_match_single_calls(n, k):
+def test_window_edges_rows_match_single_calls(n, k, x_dtype):
     w = edge_weight(n, k)
-    pool = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
+    pool = torch.randn(64, k, device="cuda", dtype=x_dtype)
     singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
     for m in range(1, 65):
         assert_rows_match_single_calls(w, pool, singles, m)

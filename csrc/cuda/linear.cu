@@ -1,6 +1,6 @@
 // Launcher for fp4ops.linear: checks, device guard, current stream, and the dispatch between the
-// tensor-core kernel family (linear_mma.cuh; on Hopper, prescaled weights at 17-64 rows:
-// linear_wgmma.cuh) and dequantize + cuBLAS.
+// tensor-core kernel family (linear_mma.cuh; on Hopper at 17-64 rows: linear_wgmma.cuh) and
+// dequantize + cuBLAS.
 //
 // Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x, and
 // any number of rows when the caller asks for batch invariance, run the kernel family (more rows:
@@ -30,25 +30,16 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
   return (tiles + 7) / 8 * splits * row_chunks < sms ? 4 : 8;
 }
 
-// With one column tile (at most 8 rows of x), also 4 where the 8-warp grid leaves the SMs
-// unevenly loaded. The launchers spread a one-wave grid ceil(CTAs / SMs) to an SM
-// (spreading_dynamic_smem), and where the loop is issue-bound the SMs with the most warps set the
-// kernel's time. MXFP4 with per-block scaling (a loop that scales every block's sums in fp32): wherever 4-warp CTAs leave
-// the busiest SM fewer warps and still run in one wave (`per_sm(4)`: the 4-warp CTAs an SM holds),
-// e.g. 448 CTAs of 8 warps on 132 SMs put 32 warps on 52 SMs, 896 of 4 put 28 on 104. Prescaled
-// weights (NVFP4, and MXFP4 with bf16 x: LinearLayout::kPrescaled; fewer instructions a step, so
-// less to gain against twice the CTAs each staging x): only where the
-// 8-warp grid fills less than 4/5 of the SMs in its last round (192 CTAs put 16 warps on 60 SMs
-// and 8 on 72). Measurements: docs/performance.md, "Linear: dispatch and bounds".
-template <typename PerSm>
-int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks, bool prescaled, PerSm&& per_sm) {
-  const int warps = linear_warps_per_cta(tiles, splits, row_chunks);
-  if (warps == 4) return 4;
+// With one column tile (at most 8 rows of x), also 4 where the 8-warp grid fills less than 4/5 of
+// the SMs in its last round (192 CTAs put 16 warps on 60 SMs and 8 on 72): the launchers spread a
+// one-wave grid ceil(CTAs / SMs) to an SM (spreading_dynamic_smem), and where the loop is
+// issue-bound the SMs with the most warps set the kernel's time; elsewhere twice the CTAs, each
+// staging x, cost more than the balance gains. Measurements: docs/performance.md, "Linear:
+// dispatch and bounds".
+int linear_warps_per_cta_one_tile(int64_t tiles, int splits, int64_t row_chunks) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t ctas8 = (tiles + 7) / 8 * splits * row_chunks, busiest8 = (ctas8 + sms - 1) / sms;
-  if (prescaled) return ctas8 * 5 < busiest8 * sms * 4 ? 4 : 8;
-  const int64_t busiest4 = ((tiles + 3) / 4 * splits * row_chunks + sms - 1) / sms;
-  return busiest4 * 4 < busiest8 * 8 && per_sm(4) >= busiest4 ? 4 : 8;
+  return ctas8 < sms || ctas8 * 5 < busiest8 * sms * 4 ? 4 : 8;
 }
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
@@ -79,22 +70,19 @@ int column_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <=
 // further row chunks), except that small grids split 33-64 rows into two row chunks of 4 tiles
 // (gridDim.z), each with x resident where it fits. Each chunk reads the weight (the second read
 // mostly from L2: the chunks' CTAs run together) and decodes it, but the grid has twice the warps,
-// and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B operands and, for
-// MXFP4 with per-block scaling, on scaling every block's sums in fp32. Where it pays
-// (docs/performance.md, "Linear: dispatch and bounds"): per-block MXFP4 where the one-chunk grid
-// has under kFewWarpsPerSmMxfp4 warps of 16 weight rows per SM; prescaled weights (NVFP4, MXFP4
-// with bf16 x) under kFewWarpsPerSm, with K ranges of at least kLongRangeSteps steps (shorter
-// ranges pay the second chunk's staging and ring fill for little work). The summation order does
-// not depend on the rows, so neither does any row's result.
-int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, bool prescaled) {
-  constexpr int64_t kFewWarpsPerSm = 6, kFewWarpsPerSmMxfp4 = 8;
+// and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B operands. Where it
+// pays (docs/performance.md, "Linear: dispatch and bounds"): where the one-chunk grid has under
+// kFewWarpsPerSm warps of 16 weight rows per SM, with K ranges of at least kLongRangeSteps steps
+// (shorter ranges pay the second chunk's staging and ring fill for little work). The summation
+// order does not depend on the rows, so neither does any row's result.
+int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps) {
+  constexpr int64_t kFewWarpsPerSm = 6;
   constexpr int kLongRangeSteps = 8;
   const int tiles = column_tiles(m);
   if (tiles != 8 || m > kLinearMaxTokens) return tiles;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t warps = (n + kLinearTileRows - 1) / kLinearTileRows * splits;
-  const bool chunks = prescaled ? warps < kFewWarpsPerSm * sms && range_steps >= kLongRangeSteps : warps < kFewWarpsPerSmMxfp4 * sms;
-  return chunks ? 4 : 8;
+  return warps < kFewWarpsPerSm * sms && range_steps >= kLongRangeSteps ? 4 : 8;
 }
 
 // `tiles` column tiles as a compile-time constant for fn.
@@ -108,7 +96,7 @@ void with_column_tiles(int tiles, Fn&& fn) {
   }
 }
 
-// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve prescaled weights with `column_tiles`
+// Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve `column_tiles`
 // tiles per CTA: 4 or 8 (17-64 rows), on compute capability 9.0, from a build with an sm_90a pass
 // (csrc/common/arch.h). They add the same products in the same order as the mma.sync kernels, so
 // the choice changes no bits. With 2 tiles (9-16 rows) they measured slower: one wgmma of 16 columns
@@ -166,14 +154,9 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   const auto kernel = linear_mma_kernel<Format, XT, kNt, kResident, kRowChunks>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
   if constexpr (kResident) args.live_tokens = static_cast<int>(std::min<int64_t>(args.m, Layout::kTokens));  // the most a CTA stages
-  const auto smem_for = [&](int warps) { return Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps); };
-  const auto per_sm = [&](int warps) {
-    allow_dynamic_smem(kernel, smem_for(warps), device);
-    return ctas_per_sm(kernel, warps * 32, smem_for(warps), static_cast<size_t>(device));
-  };
-  const int warps = kNt == 1 ? linear_warps_per_cta(tiles, args.splits, row_chunks, Layout::kPrescaled, per_sm)
-                             : linear_warps_per_cta(tiles, args.splits, row_chunks);
-  size_t smem = smem_for(warps);
+  const int warps =
+      kNt == 1 ? linear_warps_per_cta_one_tile(tiles, args.splits, row_chunks) : linear_warps_per_cta(tiles, args.splits, row_chunks);
+  size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   smem = spreading_dynamic_smem(kernel, warps * 32, smem, static_cast<int64_t>(grid.x) * grid.y * grid.z, device);
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
@@ -233,7 +216,7 @@ void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
 
-// The warpgroup-MMA kernels for prescaled weights and x of type XT (uint8_t: FP4 x): x into their
+// The warpgroup-MMA kernels for x of type XT (uint8_t: FP4 x): x into their
 // x image (FP4 x decoded on the way), then the kernel, with x resident where a CTA's rows and K
 // range fit kResidentXBytes (as for the mma.sync kernels: the bits do not depend on it).
 template <class Format, typename XT>
@@ -294,12 +277,8 @@ void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions&
 // says so, else on mma.sync; then the K ranges' reduction.
 template <class Format, typename XT>
 void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& options, cudaStream_t stream, int device) {
-  if constexpr (LinearLayout<Format, DenseX<Format, XT>, 1>::kPrescaled) {
-    if (linear_wgmma(column_tiles, device)) {
-      launch_wgmma<Format, XT>(args, column_tiles, options, stream, device);
-    } else {
-      launch_mma_sync<Format, XT>(args, column_tiles, options, stream, device);
-    }
+  if (linear_wgmma(column_tiles, device)) {
+    launch_wgmma<Format, XT>(args, column_tiles, options, stream, device);
   } else {
     launch_mma_sync<Format, XT>(args, column_tiles, options, stream, device);
   }
@@ -392,8 +371,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int device = x.get_device();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  const bool prescaled = nvfp4 || x_scales.has_value() || x.scalar_type() == at::kBFloat16;  // LinearLayout::kPrescaled
-  const int tiles = linear_column_tiles(m, n, splits, args.range_steps, prescaled);
+  const int tiles = linear_column_tiles(m, n, splits, args.range_steps);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;
     if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, tiles, x.options(), stream, device);

@@ -25,14 +25,12 @@
 //
 // Scaling. NVFP4: each decoded element is multiplied (fp16/bf16, exact) by its block scale times
 // a power of two, so the MMAs accumulate the whole range directly: E2M1 x E4M3 has at most 5
-// significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4 with
-// dense bf16 x likewise, by 2^(E - 127) times a power of two, in every step whose block scales lie
-// in bf16's window for it (mxfp4_lane_factors); a step outside it adds zeros there, and its block
-// sums are added after the main loop (linear_mxfp4_outside_pass). MXFP4 with fp16 x (a type that
-// cannot hold the E8M0 range): each 32-element block's two MMAs sum into a zeroed fragment that is
-// scaled in fp32 and added (one fma) to the accumulator. FP4 x is decoded once per call into dense x: NVFP4 x prescaled
-// like W into fp16, MXFP4 x into its exact bf16 values (linear_decode_x_kernel), which then run as
-// any dense bf16 x.
+// significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4 likewise,
+// by 2^(E - 127) times a power of two, in every step whose block scales lie in the type's window
+// for it (Mxfp4Prescaling); a step outside it adds zeros there, and its block sums are added after
+// the main loop (linear_mxfp4_outside_pass). FP4 x is decoded once per call into dense x: NVFP4 x
+// prescaled like W into fp16, MXFP4 x into its exact bf16 values (linear_decode_x_kernel), which
+// then run as any dense bf16 x.
 #pragma once
 
 #include <cstdint>
@@ -120,22 +118,53 @@ struct LinearScaling<__nv_bfloat16> {
   }
 };
 
-// MXFP4 weights with dense bf16 x, prescaled: the raw-bits decode (value x 2^-126) times the bf16
-// factor 2^(E - 6) is value x 2^(E - 132), the weight times 2^kMxfp4PrescaleExponent, exact for
-// every code E up to kMxfp4PrescaleMaxCode: the factor's exponent field, E + 121, is then at most
-// 254, and every product is a multiple of 2^(E - 133), at least bf16's smallest subnormal 2^-133,
-// with at most two significant bits. Codes above it (scales from 2^7, and NaN) leave the step to
-// the per-block sums.
-constexpr int kMxfp4PrescaleExponent = -5;
-constexpr uint32_t kMxfp4PrescaleMaxCode = 133;
-constexpr uint32_t kMxfp4FactorBias = 121;  // E + 121: the exponent field of 2^(E - 6)
+// MXFP4 weights prescaled like NVFP4's (an E8M0 scale is a power of two): the decoder's values
+// (E2M1 value x 2^kDecodeExponent, LinearScaling) times the factor 2^(E - 127 + kCarriedExponent -
+// kDecodeExponent) are the weight times 2^kCarriedExponent, exact for codes E in [kMinCode,
+// kMaxCode]: there the factor is a normal number of MmaT (its exponent field is E + kFieldBias) and
+// every product, of at most two significant bits, is a multiple of the type's smallest subnormal
+// and at most its largest finite value.
+// - bf16 (raw bits, x 2^-126): factor 2^(E - 6), field E + 121 <= 254: codes 0..133, products down
+//   to 2^-133 (bf16's smallest subnormal); the sums carry 2^-5.
+// - fp16: nothing carried; the factor's field E - 112 - kDecodeExponent in 1..30 and products in
+//   [2^-24, 65504] (codes 104..140): codes 107..136 from the E4M3-byte decode (x 2^-6), 104..128
+//   from bit placement (x 2^-14), 113..140 from the hardware conversion (exact values).
+// A step with a code outside the window adds its blocks apart (linear_mxfp4_outside_pass).
+template <typename MmaT>
+struct Mxfp4Prescaling;
+template <>
+struct Mxfp4Prescaling<__nv_bfloat16> {
+  static constexpr int kCarriedExponent = -5;
+  static constexpr int kMinCode = 0, kMaxCode = 133;
+  static constexpr int kFieldBias = 121, kFieldShift = 7;
+};
+template <>
+struct Mxfp4Prescaling<__half> {
+  static constexpr int kDecodeExponent = LinearScaling<__half>::kDecodeExponent;
+  static constexpr int kCarriedExponent = 0;
+  static constexpr int kMinCode = 113 + kDecodeExponent > 104 ? 113 + kDecodeExponent : 104;
+  static constexpr int kMaxCode = 142 + kDecodeExponent < 140 ? 142 + kDecodeExponent : 140;
+  static constexpr int kFieldBias = -112 - kDecodeExponent, kFieldShift = 10;
+};
 
-// Nonzero where a byte of `codes` is above kMxfp4PrescaleMaxCode (134 = 128 + 6): the byte's own
-// bit 7 says it is at least 128, and its low 7 bits plus 122 carry into bit 7 (never into the
-// next byte) where they are at least 6.
+// Nonzero where a byte of `codes` lies outside [P::kMinCode, P::kMaxCode] (NaN's 255 included), a
+// few instructions a word, no carry between bytes. From code 0 (bf16): a byte above kMaxCode = 128 +
+// m - 1 has bit 7 set and low bits of at least m, which plus 128 - m carry into bit 7. Otherwise
+// (a window of at most 128 codes): each byte moved by 127 - kMaxCode (mod 256) puts the window at
+// [127 - w, 127] (w = kMaxCode - kMinCode), where bit 7 is clear and the low bits plus w + 1 carry.
+template <class P>
 __device__ __forceinline__ uint32_t mxfp4_codes_outside(uint32_t codes) {
-  static_assert(kMxfp4PrescaleMaxCode == 128 + 6 - 1, "the bit test below");
-  return ((codes & 0x7F7F7F7Fu) + 0x7A7A7A7Au) & codes & 0x80808080u;
+  constexpr uint32_t kHigh = 0x80808080u, kLow = 0x7F7F7F7Fu, kOnes = 0x01010101u;
+  if constexpr (P::kMinCode == 0) {
+    static_assert(P::kMaxCode >= 128 && P::kMaxCode < 255);
+    constexpr uint32_t m = P::kMaxCode + 1 - 128;
+    return ((codes & kLow) + (128 - m) * kOnes) & codes & kHigh;
+  } else {
+    static_assert(P::kMaxCode - P::kMinCode < 128);
+    constexpr uint32_t kMove = static_cast<uint32_t>(127 - P::kMaxCode) & 0xFFu;
+    const uint32_t moved = ((codes & kLow) + (kMove & 0x7Fu) * kOnes) ^ ((codes ^ kMove * kOnes) & kHigh);
+    return (((moved & kLow) + (P::kMaxCode - P::kMinCode + 1) * kOnes) & ~moved & kHigh) ^ kHigh;
+  }
 }
 
 // Shared memory: kLinearStages stages, each [W codes: warp][16 rows][64 bytes] (16-byte units
@@ -148,10 +177,9 @@ struct LinearLayout {
   using MmaT = XT;
   static_assert(std::is_same_v<XT, __half> || std::is_same_v<XT, __nv_bfloat16>, "dense x (FP4 x is decoded first)");
   static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  // W's block scales multiplied into its decoded values (see "Scaling" above), and the power of
-  // two that leaves on the sums, undone at the store (linear_store_sums).
-  static constexpr bool kPrescaled = kNvfp4 || std::is_same_v<XT, __nv_bfloat16>;
-  static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : kPrescaled ? kMxfp4PrescaleExponent : 0;
+  // The power of two that W's prescaling (see "Scaling" above) leaves on the sums, undone at the
+  // store (linear_store_sums).
+  static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : Mxfp4Prescaling<MmaT>::kCarriedExponent;
   static constexpr int kTokens = 8 * kNt;
   // Dense x staged per step arrives in the decoders' pairing (linear_permute_x_kernel) for more than
   // one column tile; with one, each warp pairs its B registers itself (fewer instructions than a
@@ -472,20 +500,25 @@ __device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t n
   }
 }
 
-// MXFP4 (prescaled: dense bf16 x), one step of a warp's weight: per unit u and row half h, the
-// factor 2^(E - 6) of the lane's block (bf16, in both halves), from the step's 4 codes of row g at
-// scales_g (row g + 8's 32 bytes after). Returns whether any code of the warp's step is above
-// kMxfp4PrescaleMaxCode (the same answer in every lane); the factors are then all zero, so that
-// the step's MMAs add zero products, and linear_mxfp4_outside_pass adds its blocks.
+// MXFP4, one step of a warp's weight: per unit u and row half h, the factor of the lane's block
+// (Mxfp4Prescaling<MmaT>, in both halves), from the step's 4 codes of row g at scales_g (row g + 8's
+// 32 bytes after). Returns whether any code of the warp's step is outside the window (the same
+// answer in every lane); the factors are then all zero, so that the step's MMAs add zero products,
+// and linear_mxfp4_outside_pass adds its blocks.
+template <typename MmaT>
 __device__ __forceinline__ bool mxfp4_lane_factors(uint32_t scales_g, uint32_t (&factors)[4][2]) {
+  using P = Mxfp4Prescaling<MmaT>;
+  constexpr uint32_t kOnes = 0x01010101u;
   const uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
-  const bool outside = __any_sync(0xFFFFFFFFu, (mxfp4_codes_outside(codes[0]) | mxfp4_codes_outside(codes[1])) != 0);
+  const bool outside = __any_sync(0xFFFFFFFFu, (mxfp4_codes_outside<P>(codes[0]) | mxfp4_codes_outside<P>(codes[1])) != 0);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // Each byte E + kMxfp4FactorBias, at most 254 within the window: no carry between bytes.
-    const uint32_t fields = outside ? 0u : codes[h] + kMxfp4FactorBias * 0x01010101u;
+    // Each byte E + kFieldBias, within 1..254 inside the window: no carry or borrow between bytes.
+    const uint32_t fields = outside ? 0u
+                            : P::kFieldBias >= 0 ? codes[h] + static_cast<uint32_t>(P::kFieldBias) * kOnes
+                                                 : codes[h] - static_cast<uint32_t>(-P::kFieldBias) * kOnes;
 #pragma unroll
-    for (uint32_t u = 0; u < 4; ++u) factors[u][h] = __byte_perm(fields, 0u, 0x4040u | u | u << 8) << 7;  // bits 7-14, 23-30
+    for (uint32_t u = 0; u < 4; ++u) factors[u][h] = __byte_perm(fields, 0u, 0x4040u | u | u << 8) << P::kFieldShift;
   }
   return outside;
 }
@@ -512,16 +545,15 @@ struct LinearAccumulators {
   float v[Layout::kTokens / 8][4];
 };
 
-// The factors of a prescaled layout's step (NVFP4, or MXFP4 with bf16 x), and whether the step
-// lies outside MXFP4's window (mxfp4_lane_factors; never for NVFP4).
+// The factors of a step, and whether the step lies outside MXFP4's window (mxfp4_lane_factors;
+// never for NVFP4).
 template <class Layout>
 __device__ __forceinline__ bool prescaled_lane_factors(uint32_t scales_g, const LinearLaneOffsets& lane, uint32_t (&factors)[4][2]) {
-  static_assert(Layout::kPrescaled);
   if constexpr (Layout::kNvfp4) {
     nvfp4_lane_factors<LinearScaling<typename Layout::MmaT>>(scales_g, lane.nvfp4_selector, factors);
     return false;
   } else {
-    return mxfp4_lane_factors(scales_g, factors);
+    return mxfp4_lane_factors<typename Layout::MmaT>(scales_g, factors);
   }
 }
 
@@ -541,60 +573,38 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
   const uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
   const uint32_t scales_g = stage + lane.scales_g;
 
-  if constexpr (Layout::kPrescaled) {
-    uint32_t factors[4][2];
-    const bool outside = prescaled_lane_factors<Layout>(scales_g, lane, factors);
+  uint32_t factors[4][2];
+  const bool outside = prescaled_lane_factors<Layout>(scales_g, lane, factors);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
+  for (int u = 0; u < 4; ++u) {
+    Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0]), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1]);
+    for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0]), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1]);
 #pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        const Regs4 b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
-        mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
-        mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
-      }
+    for (int j = 0; j < kNt; ++j) {
+      const Regs4 b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
+      mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
+      mma_m16n8k16<MmaT>(acc.v[j], {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
     }
-    return outside;
-  } else {
-    // MXFP4 with fp16 x: exact E2M1 values times 2^kDecodeExponent, each unit one block.
-    static_assert(std::is_same_v<MmaT, __half>);
-    constexpr int kDecodeExponent = DenseOperand<__half>::kDecodeExponent;
-    const uint32_t codes_g = lds_u32(scales_g), codes_g8 = lds_u32(scales_g + 8 * 4);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const Regs4 a0 = DenseOperand<MmaT>::decode(words[u][0]), a1 = DenseOperand<MmaT>::decode(words[u][1]);
-      const float sa[2] = {mul_rn(e8m0_decode(codes_g >> (8 * u) & 0xFFu), exp2_int(-kDecodeExponent)),
-                           mul_rn(e8m0_decode(codes_g8 >> (8 * u) & 0xFFu), exp2_int(-kDecodeExponent))};
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        const Regs4 b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
-        mma_m16n8k16<MmaT>(d, {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
-        // d[i]: row g (i < 2) or g + 8, column 2t + i % 2 of this tile.
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
-      }
-    }
-    return false;
   }
+  return outside;
 }
 
-// MXFP4 prescaled: the block sums of the warp's steps outside the window (whose MMAs in the main
-// loop added zero products), added to its sums after the main loop, step by step, as the
-// per-block kernels add theirs: exact E2M1 values, each block's two MMAs into a zeroed fragment,
-// one fma by its scale times 2^kMxfp4PrescaleExponent (the power the prescaled sums carry). Only
-// warps that met such a step run it; it reads W and x from global memory, `dense_b(step, j, u)`
-// giving the lane's B registers of unit u and column tile j. Every kernel that serves MXFP4 with
-// bf16 x adds the same products in this order: a row's bits do not depend on which one ran.
+// MXFP4: the block sums of the warp's steps outside the window (whose MMAs in the main loop added
+// zero products), added to its sums after the main loop, step by step, as per-block scaling adds
+// them: the dense decoder's values (exact E2M1 values times 2^kDecodeExponent), each block's two
+// MMAs into a zeroed fragment, that power undone (exact), then one fma by the block scale times
+// 2^kCarriedExponent (what the prescaled sums carry). Only warps that met such a step run it; it
+// reads W and x from global memory, `dense_b(step, j, u)` giving the lane's B registers of unit u
+// and column tile j. Every kernel adds the same products in this order, so a row's bits do not
+// depend on which one ran.
 template <class Layout, class DenseB>
 __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args, const LinearThread& th, LinearAccumulators<Layout>& acc,
                                                        DenseB&& dense_b) {
-  static_assert(Layout::kPrescaled && !Layout::kNvfp4);
-  using MmaT = __nv_bfloat16;
-  constexpr int kNt = Layout::kTokens / 8;
+  static_assert(!Layout::kNvfp4);
+  using MmaT = typename Layout::MmaT;
+  using P = Mxfp4Prescaling<MmaT>;
+  constexpr int kNt = Layout::kTokens / 8, kDecodeExponent = DenseOperand<MmaT>::kDecodeExponent;
   const int64_t k_bytes = args.k / 2, k_blocks = args.k / Mxfp4Format::kBlock;
   const uint32_t* codes[2];
   const uint32_t* scales[2];
@@ -606,7 +616,7 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
   }
   for (int64_t step = th.step_begin; step < th.step_end; ++step) {
     const uint32_t step_codes[2] = {scales[0][step], scales[1][step]};
-    if (!__any_sync(0xFFFFFFFFu, (mxfp4_codes_outside(step_codes[0]) | mxfp4_codes_outside(step_codes[1])) != 0)) continue;
+    if (!__any_sync(0xFFFFFFFFu, (mxfp4_codes_outside<P>(step_codes[0]) | mxfp4_codes_outside<P>(step_codes[1])) != 0)) continue;
 #pragma unroll 1  // a cold path: its registers must not raise the kernel's
     for (int u = 0; u < 4; ++u) {
       const Regs4 a0 = DenseOperand<MmaT>::decode(codes[0][step * 16 + 4 * u]), a1 = DenseOperand<MmaT>::decode(codes[1][step * 16 + 4 * u]);
@@ -614,7 +624,7 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t e = step_codes[h] >> (8 * u) & 0xFFu;
-        sa[h] = e == kE8M0NaN ? bits_to_float(0x7FC00000u) : exp2_int(static_cast<int>(e) - 127 + kMxfp4PrescaleExponent);
+        sa[h] = e == kE8M0NaN ? bits_to_float(0x7FC00000u) : exp2_int(static_cast<int>(e) - 127 + P::kCarriedExponent);
       }
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
@@ -623,7 +633,10 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
         mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);
         mma_m16n8k16<MmaT>(d, {a0.reg[2], a1.reg[2], a0.reg[3], a1.reg[3]}, b.reg[2], b.reg[3]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc.v[j][i] = __fmaf_rn(d[i], sa[i / 2], acc.v[j][i]);
+        for (int i = 0; i < 4; ++i) {
+          const float exact = kDecodeExponent == 0 ? d[i] : mul_rn(d[i], exp2_int(-kDecodeExponent));
+          acc.v[j][i] = __fmaf_rn(exact, sa[i / 2], acc.v[j][i]);
+        }
       }
     }
   }
@@ -633,11 +646,11 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
 // dense x in global memory (paired here where it did not arrive paired); zeros past M.
 template <class Layout>
 __device__ __forceinline__ Regs4 dense_b_from_global(const LinearArgs& args, const LinearThread& th, int64_t step, int j, int u) {
+  using XT = typename Layout::XType;
   const int64_t token = th.token0 + 8 * j + th.g;
   if (token >= args.m) return Regs4{};
-  uint4 v = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(args.x) + token * args.k + step * kLinearStepElems +
-                                            (4 * u + th.t) * 8);
-  if (!args.x_paired) v = paired_x_chunk<__nv_bfloat16>(v);
+  uint4 v = *reinterpret_cast<const uint4*>(static_cast<const XT*>(args.x) + token * args.k + step * kLinearStepElems + (4 * u + th.t) * 8);
+  if (!args.x_paired) v = paired_x_chunk<XT>(v);
   return {{v.x, v.y, v.z, v.w}};
 }
 
@@ -662,10 +675,10 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
 }
 
 // At least two CTAs per SM (at most 128 registers) where ptxas would otherwise use fewer registers
-// than that and recompute per-thread constants every step (resident x; prescaled weights with 8
-// column tiles, whose ring allows two CTAs anyway).
+// than that and recompute per-thread constants every step (resident x; 8 column tiles, whose ring
+// allows two CTAs anyway).
 template <class Format, typename XT, int kNt, bool kResident>
-constexpr int kLinearMinCtas = kResident || (kNt == 8 && LinearLayout<Format, XT, kNt>::kPrescaled) ? 2 : 0;
+constexpr int kLinearMinCtas = kResident || kNt == 8 ? 2 : 0;
 
 // A CTA's sums out: acc.v[j][i] is weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. Prescaled
 // operands carried a power of two each (Layout::kWCarriedExponent; pre-decoded NVFP4 x,
@@ -775,7 +788,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     stage = stage + stage_bytes == ring_end ? ring : stage + stage_bytes;
   }
   cp_async_wait<0>();
-  if constexpr (Layout::kPrescaled && !Layout::kNvfp4) {
+  if constexpr (!Layout::kNvfp4) {
     if (outside_seen) {
       linear_mxfp4_outside_pass<Layout>(args, th, acc, [&](int64_t step, int j, int u) { return dense_b_from_global<Layout>(args, th, step, j, u); });
     }

@@ -1,7 +1,5 @@
-// The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a), for prescaled weights (NVFP4 with
-// dense x, fp16/bf16, or NVFP4 x decoded once per call into prescaled fp16; MXFP4 with bf16 x,
-// dense or decoded from MXFP4 x): the calls whose CTAs take 32 or 64 rows of x (linear.cu,
-// linear_wgmma).
+// The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a): the calls whose CTAs take 32 or 64
+// rows of x (linear.cu, linear_wgmma), dense x (fp16/bf16, or FP4 x decoded once per call into it).
 //
 // Each warp decodes its 16 weight rows into exactly the A fragments of linear_mma.cuh's prescaled
 // path (same ring, same decode, same prescaling) and hands them to the warpgroup's MMAs, which read the
@@ -108,9 +106,7 @@ struct LinearWgmmaLayout {
   using XType = XT;
   using MmaT = XT;
   static constexpr bool kNvfp4 = std::is_same_v<Format, Nvfp4Format>;
-  static_assert(kNvfp4 || std::is_same_v<XT, __nv_bfloat16>, "MXFP4: dense bf16 x");
-  static constexpr bool kPrescaled = true;
-  static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : kMxfp4PrescaleExponent;
+  static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : Mxfp4Prescaling<MmaT>::kCarriedExponent;
   static constexpr bool kXResident = kResident;
   static constexpr int kTokens = 8 * kNt;
   static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;
@@ -268,9 +264,8 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
 #endif
 }
 
-// linear_mma_kernel on the warpgroup MMA: NVFP4 weights with x as an x image (dense, or NVFP4 x
-// decoded to prescaled fp16: LinearArgs::x_prescaled), or MXFP4 weights with bf16 x, 8 kNt rows
-// per CTA, CTAs of one or two warpgroups.
+// linear_mma_kernel on the warpgroup MMA: x as an x image (dense, or decoded from FP4 x; NVFP4 x to
+// prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one or two warpgroups.
 // Only launched on compute capability 9.0 from a build with an sm_90a pass (csrc/common/arch.h);
 // elsewhere its body traps.
 template <class Format, typename XT, int kNt, bool kResident>
