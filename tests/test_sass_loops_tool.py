@@ -55,6 +55,6 @@ def test_linear_kernels_loops_hold_their_mma_count():
     found = {loop.kernel: loop for loop in tool.loops(binary, "sm_90a", ["linear_mma_kernel<fp4ops::Nvfp4Format, __nv_bfloat16, "],
                                                       cuobjdump)}
     for tiles in (1, 8):
-        name = next(k for k in found if f"__nv_bfloat16, {tiles}, false, false, false>" in k)
+        name = next(k for k in found if f"__nv_bfloat16, {tiles}, false, false>" in k)
         assert found[name].kinds["HMMA"] == 8 * tiles
         assert found[name].instructions > found[name].kinds["HMMA"]
