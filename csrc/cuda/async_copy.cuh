@@ -20,11 +20,6 @@ __device__ __forceinline__ void cp_async_small(uint32_t smem_dst, const void* sr
 __device__ __forceinline__ void cp_async_16_or_zeros(uint32_t smem_dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(smem_dst), "l"(src), "r"(valid ? 16 : 0));
 }
-template <int kBytes>
-__device__ __forceinline__ void cp_async_small_or_zeros(uint32_t smem_dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(smem_dst), "l"(src), "n"(kBytes),
-               "r"(valid ? kBytes : 0));
-}
 // Brings the line holding `p` into L2 (no register, no ordering: coherent with any later write).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 // Brings `bytes` (a multiple of 16, from a 16-byte aligned `p`) into L2 in one bulk operation

@@ -23,11 +23,14 @@ namespace fp4ops::cuda {
 
 namespace {
 
+// CTAs of a grid of 8-warp CTAs over `tiles` 16-row weight tiles, K ranges and row chunks.
+int64_t eight_warp_ctas(int64_t tiles, int splits, int64_t row_chunks) { return (tiles + 7) / 8 * splits * row_chunks; }
+
 // Warps (16 weight rows each) per CTA: 8, so that a CTA's copy of x serves 128 rows, or 4 where 8
 // would leave SMs without a CTA (small N). The summation order does not depend on it.
 int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return (tiles + 7) / 8 * splits * row_chunks < sms ? 4 : 8;
+  return eight_warp_ctas(tiles, splits, row_chunks) < sms ? 4 : 8;
 }
 
 // With one column tile (at most 8 rows of x), also 4 where the 8-warp grid fills less than 4/5 of
@@ -38,7 +41,7 @@ int linear_warps_per_cta(int64_t tiles, int splits, int64_t row_chunks) {
 // dispatch and bounds".
 int linear_warps_per_cta_one_tile(int64_t tiles, int splits, int64_t row_chunks) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t ctas8 = (tiles + 7) / 8 * splits * row_chunks, busiest8 = (ctas8 + sms - 1) / sms;
+  const int64_t ctas8 = eight_warp_ctas(tiles, splits, row_chunks), busiest8 = (ctas8 + sms - 1) / sms;
   return ctas8 < sms || ctas8 * 5 < busiest8 * sms * 4 ? 4 : 8;
 }
 
