@@ -392,7 +392,6 @@ __global__ void __launch_bounds__(256) linear_permute_x_kernel(const uint4* __re
 //   2^128 and more (E 253 and 254 with the larger elements), beyond fp32 too, which become
 //   infinities. So MXFP4 x gives the bits of its bf16 dequantization as dense x.
 struct PrescaledNvfp4XChunk {
-  using DenseT = __half;
   static constexpr Pairing kPairing = LinearScaling<__half>::kPairing;
   static __device__ __forceinline__ Regs4 decode(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t i) {
     using Scaling = LinearScaling<__half>;
@@ -404,7 +403,6 @@ struct PrescaledNvfp4XChunk {
   }
 };
 struct ExactMxfp4XChunk {
-  using DenseT = __nv_bfloat16;
   static constexpr Pairing kPairing = kLinearPairing<__nv_bfloat16>;
   static __device__ __forceinline__ Regs4 decode(const uint32_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t i) {
     const uint32_t e = scales[i / 4];  // 32-element blocks: four chunks each
