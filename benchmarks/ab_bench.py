@@ -5,6 +5,8 @@ the kernels differ. From the repository root:
     python benchmarks/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
         --no-eager --no-compile --no-torchao
     python benchmarks/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
+    python benchmarks/ab_bench.py --base HEAD --also staged=/path/to/variant/csrc -- --families producers \
+        --producer-shapes 8192,8192 16384,16384 --no-eager --no-compile --no-torchao   (a third side)
     python benchmarks/ab_bench.py --base HEAD~1 --bench decode -- --shapes 4096,4096 28672,8192 \
         --rows 1 8 16 64 --no-llama --fp4-only     (the linear kernels in the decode stream; without
         --fp4-only every run also times cuBLAS bf16 and dequantize + F.linear, the same in both builds)
@@ -12,18 +14,19 @@ the kernels differ. From the repository root:
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
    temporary folder) and replaces its csrc with `git archive <base> csrc` (or with a copy of the
-   --base-csrc folder);
-2. builds both (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
-   environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the two builds run at once, each with
+   --base-csrc folder); each `--also NAME=CSRC` likewise to <work>/NAME with that csrc folder;
+2. builds them all (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
+   environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the builds run at once, each with
    MAX_JOBS compilers);
 3. runs `python -m benchmarks.suite <args>` (this tree's suite; `--bench decode`:
-   `benchmarks.decode_stream`) for new, then base, `--rounds` times, each run's JSON under
-   <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH picks the side's fp4ops);
+   `benchmarks.decode_stream`) for new, then base, then the --also sides, `--rounds` times, each
+   run's JSON under <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH picks the
+   side's fp4ops);
 4. prints and writes <out>/ab_summary.md: the suite's every fp4ops row at 2^26 elements or more
-   (every GEMV shape), % of its run's ceiling and the median / fastest call in us, one column per
-   run; the decode stream's FP4 layer time per case (us per layer), one column per run, and new's
-   speed-up over base (the fastest run of each side), then the Llama-3.1-8B stack's FP4 tokens/s
-   per batch where the runs timed it (new's gain from each side's best run).
+   (every GEMV and fused-producer shape), % of its run's ceiling and the median / fastest call in
+   us, one column per run; the decode stream's FP4 layer time per case (us per layer), one column
+   per run; then the Llama-3.1-8B stack's FP4 tokens/s per batch where the runs timed it. Each
+   table ends with every side's speed-up over base (the fastest run of each side).
 
 Alternating the sides in one session on one GPU is what makes a few points of difference
 readable: runs on other days or machines move by as much (docs/performance.md, "Method notes").
@@ -45,11 +48,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 COPY_EXCLUDES = shutil.ignore_patterns(".git", "build", "*.so", "__pycache__", "*.egg-info", ".whl")
 
 
-def copy_with_base_kernels(base: str | None, work: pathlib.Path, base_csrc: pathlib.Path | None = None) -> pathlib.Path:
-    """This tree at work/base, with csrc as of revision `base`, or copied from the folder base_csrc."""
+def copy_with_base_kernels(base: str | None, work: pathlib.Path, base_csrc: pathlib.Path | None = None,
+                           side: str = "base") -> pathlib.Path:
+    """This tree at work/<side>, with csrc as of revision `base`, or copied from the folder base_csrc."""
     if (base is None) == (base_csrc is None):
         raise ValueError("give exactly one of base (a revision) and base_csrc (a folder)")
-    target = work / "base"
+    target = work / side
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(REPO, target, ignore=COPY_EXCLUDES)
     shutil.rmtree(target / "csrc")
@@ -94,32 +98,50 @@ def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path, 
                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
+def sides_of(runs: dict[str, pathlib.Path]) -> list[str]:
+    """The sides in the order their runs came ("new1", "base1", "alt1", "new2": new, base, alt)."""
+    return list(dict.fromkeys(name.rstrip("0123456789") for name in runs))
+
+
+def compared_sides(runs: dict[str, pathlib.Path]) -> list[str]:
+    """Every side but base: each gets a column of its figures against base's."""
+    return [side for side in sides_of(runs) if side != "base"]
+
+
+def best_of_sides(values: dict[str, float], pick, side: str = "new") -> str:
+    """`side`'s figure over base's, each side's best run chosen by `pick` (min for times, max for
+    rates) and the ratio oriented so that above 1 means `side` is better; '-' where a side is missing."""
+    of_side = lambda s: (v for name, v in values.items() if name.rstrip("0123456789") == s)  # noqa: E731
+    best = {s: pick(of_side(s), default=None) for s in (side, "base")}
+    if None in best.values():
+        return "-"
+    return f"{best['base'] / best[side]:.3f}x" if pick is min else f"{best[side] / best['base']:.3f}x"
+
+
 def summarize(runs: dict[str, pathlib.Path]) -> str:
-    """Markdown: one row per fp4ops result at 2^26 elements or more (every GEMV shape), one column
-    per run ("pct% (median / fastest us)"); '-' where a run lacks the row."""
+    """Markdown: one row per fp4ops result at 2^26 elements or more, every GEMV shape and every fused
+    producer shape (the suite's --producer-shapes pick those), one column per run ("pct% (median /
+    fastest us)"; '-' where a run lacks the row), then each side's speed-up over base (medians, each
+    side's fastest run)."""
     table: dict[tuple, dict[str, str]] = {}
+    medians: dict[tuple, dict[str, float]] = {}
     for name, run_dir in runs.items():
         (result_file,) = sorted(run_dir.glob("suite_*.json"))
         for row in json.loads(result_file.read_text())["rows"]:
-            if row["impl"] != "fp4ops" or (row["numel"] < 2**26 and row["family"] != "gemv"):
+            by_shape = row["family"] in ("gemv", "producers")
+            if row["impl"] != "fp4ops" or (row["numel"] < 2**26 and not by_shape):
                 continue
-            size = " x ".join(map(str, row["shape"])) if row["family"] == "gemv" else f"2^{row['numel'].bit_length() - 1}"
-            cell = f"{row['pct']:.1f}% ({row['us']:.1f} / {row['us_min']:.1f})"
-            table.setdefault((row["op"], row["dtype"], size), {})[name] = cell
-    header = ["op", "dtype", "size", *runs]
+            size = " x ".join(map(str, row["shape"])) if by_shape else f"2^{row['numel'].bit_length() - 1}"
+            key = (row["op"], row["dtype"], size)
+            table.setdefault(key, {})[name] = f"{row['pct']:.1f}% ({row['us']:.1f} / {row['us_min']:.1f})"
+            medians.setdefault(key, {})[name] = row["us"]
+    sides = compared_sides(runs)
+    header = ["op", "dtype", "size", *runs, *(f"{side} / base" for side in sides)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key in sorted(table):
-        lines.append("| " + " | ".join([*key, *(table[key].get(name, "-") for name in runs)]) + " |")
+        ratios = [best_of_sides(medians[key], min, side) for side in sides]
+        lines.append("| " + " | ".join([*key, *(table[key].get(name, "-") for name in runs), *ratios]) + " |")
     return "\n".join(lines) + "\n"
-
-
-def best_of_sides(values: dict[str, float], pick) -> str:
-    """new's figure over base's, each side's best run chosen by `pick` (min for times, max for
-    rates) and the ratio oriented so that above 1 means new is better; '-' where a side is missing."""
-    best = {side: pick((v for name, v in values.items() if name.startswith(side)), default=None) for side in ("new", "base")}
-    if None in best.values():
-        return "-"
-    return f"{best['base'] / best['new']:.3f}x" if pick is min else f"{best['new'] / best['base']:.3f}x"
 
 
 def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
@@ -136,19 +158,22 @@ def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
             layers.setdefault((row["n"], row["k"], row["format"], row["dtype"], row["rows"]), {})[name] = row["fp4_us"]
         for row in result.get("llama", []):
             llama.setdefault((row["format"], row["dtype"], row["rows"]), {})[name] = row["fp4_tokens_per_s"]
-    header = ["N x K", "format", "x", "rows", *runs, "new / base"]
+    sides = compared_sides(runs)
+    header = ["N x K", "format", "x", "rows", *runs, *(f"{side} / base" for side in sides)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key in sorted(layers):
         times = layers[key]
         cells = [f"{times[name]:.2f}" if name in times else "-" for name in runs]
-        lines.append("| " + " | ".join([f"{key[0]} x {key[1]}", key[2], key[3], str(key[4]), *cells, best_of_sides(times, min)]) + " |")
+        ratios = [best_of_sides(times, min, side) for side in sides]
+        lines.append("| " + " | ".join([f"{key[0]} x {key[1]}", key[2], key[3], str(key[4]), *cells, *ratios]) + " |")
     if llama:
-        header = ["format", "x", "batch", *runs, "new / base"]
+        header = ["format", "x", "batch", *runs, *(f"{side} / base" for side in sides)]
         lines += ["", "Llama-3.1-8B stack, FP4 tokens/s:", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for key in sorted(llama):
             rates = llama[key]
             cells = [f"{rates[name]:.0f}" if name in rates else "-" for name in runs]
-            lines.append("| " + " | ".join([key[0], key[1], str(key[2]), *cells, best_of_sides(rates, max)]) + " |")
+            ratios = [best_of_sides(rates, max, side) for side in sides]
+            lines.append("| " + " | ".join([key[0], key[1], str(key[2]), *cells, *ratios]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -158,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     base = parser.add_mutually_exclusive_group(required=True)
     base.add_argument("--base", help="revision whose csrc is the 'base' side (e.g. HEAD~1)")
     base.add_argument("--base-csrc", type=pathlib.Path, help="folder holding the 'base' side's csrc")
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=CSRC",
+                        help="one more side: this tree with the csrc folder CSRC, named NAME (repeatable)")
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternating (default 2)")
     parser.add_argument("--bench", choices=sorted(BENCH_MODULES), default="suite",
                         help="suite: benchmarks.suite (default); decode: benchmarks.decode_stream")
@@ -169,6 +196,14 @@ def main(argv: list[str] | None = None) -> None:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    also: dict[str, pathlib.Path] = {}
+    for spec in args.also:
+        name, _, folder = spec.partition("=")
+        if not name.isidentifier() or name.rstrip("0123456789") != name or name in ("new", "base", *also):
+            parser.error(f"--also {spec}: NAME must be a new identifier not ending in a digit (not new or base)")
+        if not (pathlib.Path(folder) / "cuda").is_dir():
+            parser.error(f"--also {spec}: expected a csrc folder (with cuda/ in it)")
+        also[name] = pathlib.Path(folder).resolve()
     base_csrc = args.base_csrc.resolve() if args.base_csrc else None
     if base_csrc is not None and not (base_csrc / "cuda").is_dir():
         parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
@@ -178,7 +213,9 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work, base_csrc)}
-    print(f"building this tree and {args.base or base_csrc}'s csrc (logs in {out}) ...", flush=True)
+    trees.update({name: copy_with_base_kernels(None, work, folder, side=name) for name, folder in also.items()})
+    others = "".join(f" and {folder}" for folder in also.values())
+    print(f"building this tree, {args.base or base_csrc}'s csrc{others} (logs in {out}) ...", flush=True)
     build_both(trees, out)
     runs: dict[str, pathlib.Path] = {}
     for round_index in range(1, args.rounds + 1):

@@ -48,6 +48,10 @@ def test_base_copy_from_a_csrc_folder(tmp_path):
     assert (REPO / "csrc" / "cuda" / "gemv_mma.cuh").read_text() != marker.read_text()
     with pytest.raises(ValueError, match="exactly one"):
         ab_bench.copy_with_base_kernels("HEAD", tmp_path / "work", base_csrc=old)
+    # An --also side lands beside base, under its own name, with its own kernels.
+    also = ab_bench.copy_with_base_kernels(None, tmp_path / "work", base_csrc=old, side="staged")
+    assert also == tmp_path / "work" / "staged" and also != target
+    assert (also / "csrc" / "cuda" / "gemv_mma.cuh").read_text() == marker.read_text()
 
 
 def test_base_csrc_must_be_a_csrc_folder(tmp_path, capsys):
@@ -79,12 +83,32 @@ def test_summary_keeps_large_fp4ops_rows_and_every_gemv_shape(tmp_path):
         row("nvfp4 dequantize", "fp4ops", "dequantize", 2**26, [16384, 4096], 85.61, 47.1, 46.7),
     ])
     lines = ab_bench.summarize(runs).splitlines()
-    assert lines[0] == "| op | dtype | size | new1 | base1 |"
+    assert lines[0] == "| op | dtype | size | new1 | base1 | new / base |"
     body = lines[2:]
     assert body == [
-        "| gemv mxfp4 x mxfp4 | mxfp4 x mxfp4 | 7168 x 2048 x 4 | 43.7% (16.9 / 16.7) | - |",
-        "| nvfp4 dequantize | bfloat16 | 2^26 | 90.4% (44.7 / 44.2) | 85.6% (47.1 / 46.7) |",
+        "| gemv mxfp4 x mxfp4 | mxfp4 x mxfp4 | 7168 x 2048 x 4 | 43.7% (16.9 / 16.7) | - | - |",
+        "| nvfp4 dequantize | bfloat16 | 2^26 | 90.4% (44.7 / 44.2) | 85.6% (47.1 / 46.7) | 1.054x |",
     ]
+
+
+def test_summary_keeps_every_producer_shape_and_a_column_per_side(tmp_path):
+    runs = {name: tmp_path / name for name in ("new1", "base1", "staged1", "new2", "base2", "staged2")}
+    op = "rms_norm_quantize nvfp4 (scale given)"
+    medians = {"new1": 11.0, "base1": 10.0, "staged1": 8.0, "new2": 10.5, "base2": 10.4, "staged2": 8.2}
+    for name, us in medians.items():
+        write_run(runs[name], [row(op, "fp4ops", "producers", 1024 * 4096, [1024, 4096], 23.5, us, us - 0.1)])
+    lines = ab_bench.summarize(runs).splitlines()
+    assert lines[0] == "| op | dtype | size | new1 | base1 | staged1 | new2 | base2 | staged2 | new / base | staged / base |"
+    cells = lines[2].split(" | ")
+    assert cells[:3] == ["| " + op, "bfloat16", "1024 x 4096"]
+    # Fastest medians: new 10.5, base 10.0, staged 8.0.
+    assert cells[-2:] == [f"{10.0 / 10.5:.3f}x", f"{10.0 / 8.0:.3f}x |"]
+
+
+@pytest.mark.parametrize("spec", ["base=.", "new=.", "alt2=.", "alt=/nonexistent", "=."])
+def test_also_rejects_bad_sides(tmp_path, spec):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base", "HEAD", "--also", spec, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
 
 
 def test_rounds_must_be_positive(tmp_path):
