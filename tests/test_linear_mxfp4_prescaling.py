@@ -2,8 +2,9 @@
 decoded weight so that the MMAs sum a whole K range, exactly for the codes whose values the MMA's
 type holds: bf16 x (value x 2^(E - 132)) codes 0..133; fp16 x (the value itself) a window of 25-30
 codes that depends on the GPU's E2M1 decoder (107..136 on Hopper, 104..128 on Ampere and Ada's
-code path, 113..140 with Blackwell's conversion). A warp's step with a code outside it (NaN
-included) adds zeros there and its block sums after the main loop. Here weights sit at the edges
+code path, 113..140 with Blackwell's conversion). A block with a code outside it (NaN included)
+adds zeros there and its sum after the main loop; the other blocks of its step, other rows' too,
+keep their factors. Here weights sit at the edges
 of both windows: codes 0..6 (bf16 subnormals; below fp16's window), single blocks at each window's
 first and last code and one past them, whole warps of rows above both, and an all-zero row; every
 result is checked against SPEC 5's bound (a step left out or added twice fails it), and every row
@@ -76,3 +77,27 @@ def test_window_edges_rows_match_single_calls(n, k, x_dtype):
     singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
     for m in range(1, 65):
         assert_rows_match_single_calls(w, pool, singles, m)
+
+
+@requires_cuda
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [3, 40])  # the mma.sync kernel, the warpgroup-MMA kernel
+@pytest.mark.parametrize("code", [150, 255])  # outside both windows; NaN
+def test_outside_block_leaves_other_rows_bitwise(code, m, x_dtype):
+    """One block of one weight row set outside the window changes no other output column's bits,
+    though the other rows of its warp share the step: x spans many binades, so that the sums round
+    and a different order of additions would show."""
+    n, k = 48, 1024
+    w = fp4ops.quantize_mxfp4(torch.distributions.StudentT(3.0).sample((n, k)).cuda())
+    scales = w.scales.view(torch.uint8).clone()
+    scales.clamp_(113, 128)  # every clean block inside every window
+    spread = 2.0 ** torch.randint(-12, 13, (m, k), device="cuda")
+    x = (torch.randn(m, k, device="cuda") * spread).to(x_dtype)
+    clean = fp4ops.linear(x, dataclasses.replace(w, scales=scales.view(torch.float8_e8m0fnu)), out_dtype=torch.float32)
+    row, block = int(torch.randint(0, n, ())), int(torch.randint(0, k // 32, ()))
+    scales[row, block] = code
+    y = fp4ops.linear(x, dataclasses.replace(w, scales=scales.view(torch.float8_e8m0fnu)), out_dtype=torch.float32)
+    others = torch.arange(n, device="cuda") != row
+    assert torch.equal(y[:, others].view(torch.int32), clean[:, others].view(torch.int32))
+    if code == 255:
+        assert torch.isnan(y[:, row]).all()

@@ -498,23 +498,38 @@ __device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t n
   }
 }
 
+// 0xFF in each byte of `codes` outside MXFP4's window (mxfp4_codes_outside), 0 elsewhere.
+template <class P>
+__device__ __forceinline__ uint32_t mxfp4_outside_byte_mask(uint32_t codes) {
+  return (mxfp4_codes_outside<P>(codes) >> 7) * 0xFFu;
+}
+
 // MXFP4, one step of a warp's weight: per unit u and row half h, the factor of the lane's block
 // (Mxfp4Prescaling<MmaT>, in both halves), from the step's 4 codes of row g at scales_g (row g + 8's
-// 32 bytes after). Returns whether any code of the warp's step is outside the window (the same
-// answer in every lane); the factors are then all zero, so that the step's MMAs add zero products,
-// and linear_mxfp4_outside_pass adds its blocks.
+// 32 bytes after). A block whose code is outside the window gets the factor 0, so that its MMAs add
+// zero products, and linear_mxfp4_outside_pass adds it; every other block keeps its factor, so a
+// row's sums never depend on another row's codes. Returns whether any code of the warp's step is
+// outside (the same answer in every lane): only then is the masking computed (a uniform branch).
 template <typename MmaT>
 __device__ __forceinline__ bool mxfp4_lane_factors(uint32_t scales_g, uint32_t (&factors)[4][2]) {
   using P = Mxfp4Prescaling<MmaT>;
   constexpr uint32_t kOnes = 0x01010101u;
-  const uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
+  uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
   const bool outside = __any_sync(0xFFFFFFFFu, (mxfp4_codes_outside<P>(codes[0]) | mxfp4_codes_outside<P>(codes[1])) != 0);
+  uint32_t zeroed[2] = {0u, 0u};  // 0xFF in the bytes whose factor is 0
+  if (outside) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // An outside code becomes kMinCode before the bias is added, so that no byte carries into the next.
+      zeroed[h] = mxfp4_outside_byte_mask<P>(codes[h]);
+      codes[h] = (codes[h] & ~zeroed[h]) | (static_cast<uint32_t>(P::kMinCode) * kOnes & zeroed[h]);
+    }
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     // Each byte E + kFieldBias, within 1..254 inside the window: no carry or borrow between bytes.
-    const uint32_t fields = outside ? 0u
-                            : P::kFieldBias >= 0 ? codes[h] + static_cast<uint32_t>(P::kFieldBias) * kOnes
-                                                 : codes[h] - static_cast<uint32_t>(-P::kFieldBias) * kOnes;
+    const uint32_t fields = (P::kFieldBias >= 0 ? codes[h] + static_cast<uint32_t>(P::kFieldBias) * kOnes
+                                                : codes[h] - static_cast<uint32_t>(-P::kFieldBias) * kOnes) & ~zeroed[h];
 #pragma unroll
     for (uint32_t u = 0; u < 4; ++u) factors[u][h] = __byte_perm(fields, 0u, 0x4040u | u | u << 8) << P::kFieldShift;
   }
@@ -588,14 +603,14 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
   return outside;
 }
 
-// MXFP4: the block sums of the warp's steps outside the window (whose MMAs in the main loop added
-// zero products), added to its sums after the main loop, step by step, as per-block scaling adds
-// them: the dense decoder's values (exact E2M1 values times 2^kDecodeExponent), each block's two
+// MXFP4: the blocks outside the window (whose MMAs in the main loop added zero products), added to
+// their rows' sums after the main loop, step by step, as per-block scaling adds them: the dense decoder's values (exact E2M1 values times 2^kDecodeExponent), each block's two
 // MMAs into a zeroed fragment, that power undone (exact), then one fma by the block scale times
-// 2^kCarriedExponent (what the prescaled sums carry). Only warps that met such a step run it; it
-// reads W and x from global memory, `dense_b(step, j, u)` giving the lane's B registers of unit u
-// and column tile j. Every kernel adds the same products in this order, so a row's bits do not
-// depend on which one ran.
+// 2^kCarriedExponent (what the prescaled sums carry). Only warps that met such a step run it, the
+// whole warp's MMAs, but only an outside block's sum is added; it reads W and x from global memory,
+// `dense_b(step, j, u)` giving the lane's B registers of unit u and column tile j. Every kernel adds
+// the same products in this order, so a row's bits depend neither on which one ran nor on the other
+// rows' codes.
 template <class Layout, class DenseB>
 __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args, const LinearThread& th, LinearAccumulators<Layout>& acc,
                                                        DenseB&& dense_b) {
@@ -614,7 +629,8 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
   }
   for (int64_t step = th.step_begin; step < th.step_end; ++step) {
     const uint32_t step_codes[2] = {scales[0][step], scales[1][step]};
-    if (!__any_sync(0xFFFFFFFFu, (mxfp4_codes_outside<P>(step_codes[0]) | mxfp4_codes_outside<P>(step_codes[1])) != 0)) continue;
+    const uint32_t outside[2] = {mxfp4_codes_outside<P>(step_codes[0]), mxfp4_codes_outside<P>(step_codes[1])};
+    if (!__any_sync(0xFFFFFFFFu, (outside[0] | outside[1]) != 0)) continue;
 #pragma unroll 1  // a cold path: its registers must not raise the kernel's
     for (int u = 0; u < 4; ++u) {
       const Regs4 a0 = DenseOperand<MmaT>::decode(codes[0][step * 16 + 4 * u]), a1 = DenseOperand<MmaT>::decode(codes[1][step * 16 + 4 * u]);
@@ -633,7 +649,7 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float exact = kDecodeExponent == 0 ? d[i] : mul_rn(d[i], exp2_int(-kDecodeExponent));
-          acc.v[j][i] = __fmaf_rn(exact, sa[i / 2], acc.v[j][i]);
+          if (outside[i / 2] >> (8 * u + 7) & 1u) acc.v[j][i] = __fmaf_rn(exact, sa[i / 2], acc.v[j][i]);
         }
       }
     }
