@@ -26,9 +26,9 @@
 // Scaling. NVFP4: each decoded element is multiplied (fp16/bf16, exact) by its block scale times
 // a power of two, so the MMAs accumulate the whole range directly: E2M1 x E4M3 has at most 5
 // significant bits and lies in [2^-10, 2688], exact in both types (LinearScaling). MXFP4 likewise,
-// by 2^(E - 127) times a power of two, in every step whose block scales lie in the type's window
-// for it (Mxfp4Prescaling); a step outside it adds zeros there, and its block sums are added after
-// the main loop (linear_mxfp4_outside_pass). FP4 x is decoded once per call into dense x: NVFP4 x
+// by 2^(E - 127) times a power of two, in every block whose scale lies in the type's window
+// for it (Mxfp4Prescaling); a block outside it adds zeros there, and its sum is added after the
+// main loop (linear_mxfp4_outside_pass). FP4 x is decoded once per call into dense x: NVFP4 x
 // prescaled like W into fp16, MXFP4 x into its exact bf16 values (linear_decode_x_kernel), which
 // then run as any dense bf16 x.
 #pragma once
@@ -129,7 +129,7 @@ struct LinearScaling<__nv_bfloat16> {
 // - fp16: nothing carried; the factor's field E - 112 - kDecodeExponent in 1..30 and products in
 //   [2^-24, 65504] (codes 104..140): codes 107..136 from the E4M3-byte decode (x 2^-6), 104..128
 //   from bit placement (x 2^-14), 113..140 from the hardware conversion (exact values).
-// A step with a code outside the window adds its blocks apart (linear_mxfp4_outside_pass).
+// A block with a code outside the window is added apart (linear_mxfp4_outside_pass).
 template <typename MmaT>
 struct Mxfp4Prescaling;
 template <>
@@ -558,7 +558,7 @@ struct LinearAccumulators {
   float v[Layout::kTokens / 8][4];
 };
 
-// The factors of a step, and whether the step lies outside MXFP4's window (mxfp4_lane_factors;
+// The factors of a step, and whether a block of it lies outside MXFP4's window (mxfp4_lane_factors;
 // never for NVFP4).
 template <class Layout>
 __device__ __forceinline__ bool prescaled_lane_factors(uint32_t scales_g, const LinearLaneOffsets& lane, uint32_t (&factors)[4][2]) {
@@ -573,7 +573,7 @@ __device__ __forceinline__ bool prescaled_lane_factors(uint32_t scales_g, const 
 // One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane) against
 // every column tile of x. Dense x: the lane's chunk 4u + t of row 8j + g of this step at x_step +
 // x_lane[j][u % 2] + 64u (in the stage, or in resident x; x_lane_offsets). Returns whether the
-// step was outside MXFP4's prescaling window (mxfp4_lane_factors).
+// step had a block outside MXFP4's prescaling window (mxfp4_lane_factors).
 template <class Layout>
 __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_step,
                                                     const uint32_t (&x_lane)[Layout::kTokens / 8][2],

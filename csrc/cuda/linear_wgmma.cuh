@@ -6,8 +6,8 @@
 // step's x from shared memory for all of the CTA's rows at once. wgmma adds a column's products as
 // mma.sync does (wgmma.cuh), and every row of x goes through the same operations in the same
 // order, so these kernels give linear_mma_kernel's bits: a call may take either, by row count,
-// without costing batch invariance. MXFP4 steps outside the prescaling window add zero products
-// here as there, and their block sums after the main loop (linear_mxfp4_outside_pass).
+// without costing batch invariance. MXFP4 blocks outside the prescaling window add zero products
+// here as there, and their sums after the main loop (linear_mxfp4_outside_pass).
 //
 // x reaches these kernels as an "x image" (linear_wgmma_x_image_kernel,
 // linear_decode_x_image_kernel): per row chunk of the CTA's rows, step after step, each
@@ -135,7 +135,8 @@ struct LinearWgmmaLayout {
 // the registers of an MMA in flight; the words pass through an empty asm after the wait, so that the
 // compiler cannot move the decode above it. By the end of a step, every group of the step before is
 // done, which frees that step's x for the next copy (linear_wgmma_cta's kAhead). Returns whether
-// the step was outside MXFP4's prescaling window (mxfp4_lane_factors: its fragments are zeros).
+// the step had a block outside MXFP4's prescaling window (mxfp4_lane_factors: that block's fragments
+// are zeros).
 template <class Layout>
 __device__ __forceinline__ bool linear_wgmma_step(uint32_t stage, uint32_t x_step, const LinearLaneOffsets& lane,
                                                   LinearAccumulators<Layout>& acc, uint32_t (&a)[4][2][4]) {
