@@ -498,42 +498,46 @@ __device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t n
   }
 }
 
-// 0xFF in each byte of `codes` outside MXFP4's window (mxfp4_codes_outside), 0 elsewhere.
-template <class P>
-__device__ __forceinline__ uint32_t mxfp4_outside_byte_mask(uint32_t codes) {
-  return (mxfp4_codes_outside<P>(codes) >> 7) * 0xFFu;
+// 0xFF in each byte of `x` whose bit 7 is set, 0 elsewhere: prmt's sign-replicating selectors
+// (bit 3 of each nibble), which __byte_perm does not promise to keep.
+__device__ __forceinline__ uint32_t replicate_byte_signs(uint32_t x) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, 0, 0xBA98;" : "=r"(out) : "r"(x));
+  return out;
 }
 
 // MXFP4, one step of a warp's weight: per unit u and row half h, the factor of the lane's block
 // (Mxfp4Prescaling<MmaT>, in both halves), from the step's 4 codes of row g at scales_g (row g + 8's
 // 32 bytes after). A block whose code is outside the window gets the factor 0, so that its MMAs add
 // zero products, and linear_mxfp4_outside_pass adds it; every other block keeps its factor, so a
-// row's sums never depend on another row's codes. Returns whether any code of the warp's step is
-// outside (the same answer in every lane): only then is the masking computed (a uniform branch).
+// row's sums never depend on another row's codes. The factors do not wait for the warp's vote,
+// which only reports whether any code of the step is outside (the same answer in every lane).
 template <typename MmaT>
 __device__ __forceinline__ bool mxfp4_lane_factors(uint32_t scales_g, uint32_t (&factors)[4][2]) {
   using P = Mxfp4Prescaling<MmaT>;
   constexpr uint32_t kOnes = 0x01010101u;
-  uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
-  const bool outside = __any_sync(0xFFFFFFFFu, (mxfp4_codes_outside<P>(codes[0]) | mxfp4_codes_outside<P>(codes[1])) != 0);
-  uint32_t zeroed[2] = {0u, 0u};  // 0xFF in the bytes whose factor is 0
-  if (outside) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // An outside code becomes kMinCode before the bias is added, so that no byte carries into the next.
-      zeroed[h] = mxfp4_outside_byte_mask<P>(codes[h]);
-      codes[h] = (codes[h] & ~zeroed[h]) | (static_cast<uint32_t>(P::kMinCode) * kOnes & zeroed[h]);
-    }
-  }
+  const uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
+  const uint32_t outside[2] = {mxfp4_codes_outside<P>(codes[0]), mxfp4_codes_outside<P>(codes[1])};
+  const bool any_outside = __any_sync(0xFFFFFFFFu, (outside[0] | outside[1]) != 0);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // Each byte E + kFieldBias, within 1..254 inside the window: no carry or borrow between bytes.
-    const uint32_t fields = (P::kFieldBias >= 0 ? codes[h] + static_cast<uint32_t>(P::kFieldBias) * kOnes
-                                                : codes[h] - static_cast<uint32_t>(-P::kFieldBias) * kOnes) & ~zeroed[h];
+    // Each byte E + kFieldBias, within 1..254 inside the window; no byte may carry or borrow into the next.
+    uint32_t fields;
+    if constexpr (P::kFieldBias >= 0) {
+      // The window starts at code 0, so an outside code has bit 7 set: cleared, it plus the bias
+      // stays below 256 and carries nowhere; the mask then zeroes its field.
+      static_assert(P::kMinCode == 0 && P::kMaxCode >= 127 && 127 + P::kFieldBias <= 255);
+      fields = ((codes[h] & ~outside[h]) + static_cast<uint32_t>(P::kFieldBias) * kOnes) & ~replicate_byte_signs(outside[h]);
+    } else {
+      // An outside code replaced by -kFieldBias becomes the field 0 and borrows nothing.
+      constexpr uint32_t kBias = static_cast<uint32_t>(-P::kFieldBias) * kOnes;
+      const uint32_t zeroed = replicate_byte_signs(outside[h]);
+      fields = ((codes[h] & ~zeroed) | (kBias & zeroed)) - kBias;
+    }
 #pragma unroll
     for (uint32_t u = 0; u < 4; ++u) factors[u][h] = __byte_perm(fields, 0u, 0x4040u | u | u << 8) << P::kFieldShift;
   }
-  return outside;
+  return any_outside;
 }
 
 // A lane's fixed offsets into a stage (kept in registers: the steps only add the stage's address):
