@@ -1,5 +1,5 @@
-// Shared-memory and asynchronous-copy primitives (sm_80+ PTX) that the tensor-core GEMV and linear
-// stream with. Addresses of shared memory are 32-bit shared-window addresses (shared_address).
+// Shared-memory and asynchronous-copy primitives (sm_80+ PTX; the bulk ones sm_90+) that the
+// tensor-core GEMV, the linear and the RMSNorm producer stream with. Addresses of shared memory are 32-bit shared-window addresses (shared_address).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,43 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 __device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
 }
+
+// mbarriers and bulk copies (sm_90+: the tensor memory accelerator): one thread moves a whole span
+// while the others compute, holding no registers for it.
+//
+// An mbarrier in shared memory that completes a phase when its one arrival (arrive_expect_tx) and
+// the bytes it expects (complete_tx, from bulk copies) are all in.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+// Makes mbarrier_init visible to the async proxy (the bulk copies' complete_tx); then a CTA barrier.
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits for the phase of `parity` (0 for the first phase, then alternating) to complete.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory
+// through the async proxy, counted on `bar`'s expected bytes.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+               "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// Orders this thread's view of shared memory (generic proxy: what the CTA's threads read before a
+// barrier) before its next async-proxy operation, such as a bulk copy that overwrites it.
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

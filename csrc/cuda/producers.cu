@@ -189,12 +189,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
   const int64_t row_groups = (rows + threads / row_threads - 1) / (threads / row_threads);
   const int device = x.get_device();
   // A persistent grid, at most as many CTAs as are resident at once: each stages its weights once.
-  const size_t smem = rms_smem_bytes(threads);
-  const auto launch_rows = [&](int pass, auto kernel, auto&&... kernel_args) {
+  // Without a residual, 16-bit x on sm_90+ also streams its rows through a shared-memory stage
+  // (rms_norm_rows_staged) where a row spans warps (input is 16-byte aligned: aligned_contiguous).
+  const bool staged_rows = at::cuda::getCurrentDeviceProperties()->major >= 9 && x.element_size() == 2 && row_threads >= 64;
+  const size_t stage_bytes = static_cast<size_t>(threads / row_threads) * static_cast<size_t>(hidden) * x.element_size();
+  const auto launch_rows = [&](int pass, auto kernel, auto&& args, auto&&... kernel_args) {
+    const size_t smem = rms_smem_bytes(threads) + (args.staged_rows ? stage_bytes : 0);
     allow_dynamic_smem(kernel, smem, device);
     const int resident = resident_ctas(kernel, threads, smem, static_cast<size_t>(device));
     const auto grid = static_cast<unsigned>(std::min<int64_t>(row_groups, resident));
-    launch_pass(pass, kernel, grid, threads, smem, stream, kernel_args...);
+    launch_pass(pass, kernel, grid, threads, smem, stream, args, kernel_args...);
   };
   uint8_t* data = out.quantized.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.quantized.scales.mutable_data_ptr());
@@ -233,6 +237,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
       with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
         using Source = decltype(source);
         RmsNormArgs<T, W> args = first_pass;
+        args.staged_rows = staged_rows && args.residual == nullptr;
         if constexpr (std::is_same_v<Source, AmaxTarget>) {
           args.intermediate = nullptr;
           with_bool(res.defined(), [&](auto with_residual) {
@@ -244,9 +249,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
           // After an amax pass the residual add is done: normalize its output, h.
           const bool after_amax = target.nvfp4 && !global_scale.has_value();
           if (after_amax && res.defined()) {
-            args.x = args.residual_out;
+            args.x = args.residual_out;  // a fresh tensor: aligned
             args.residual = nullptr;
             args.residual_out = nullptr;
+            args.staged_rows = staged_rows;
           }
           with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
             using Index = decltype(scale_index);

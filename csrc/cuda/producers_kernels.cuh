@@ -166,6 +166,7 @@ struct RmsNormArgs {
   int hidden;       // a multiple of 16, at most kRmsMaxRowThreads * kRmsSpan
   int row_threads;  // a power of two: max(1, next_pow2(hidden) / 32)
   float eps;
+  bool staged_rows = false;  // rms_norm_rows_staged (sm_90+, no residual, row_threads >= 64, x 16-byte aligned)
 };
 
 // A thread's weights, widened to fp32 once per CTA and kept in dynamic shared memory: quad k of
@@ -384,6 +385,62 @@ __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, con
   }
 }
 
+#if defined(FP4OPS_HW_PDL)
+// rms_norm_rows with the rows arriving in shared memory ahead of their use: one thread bulk-copies
+// the CTA's next row group into the stage (`stage`, rows_per_cta * hidden elements after the
+// weights) as soon as every thread has read the current one (the row's first barrier, in
+// row_rms_inverse: hence row_threads >= 64), so the copy runs while the CTA normalizes and encodes
+// this group, and each thread's loads are shared ones that the copy has already filled; the group
+// after it is prefetched to L2 first. The same spans, the same operations, the same y. The first
+// copy is issued before the weights are staged (rms_norm_quantize_kernel).
+template <typename T, typename W>
+__device__ __forceinline__ void copy_row_group(const RmsNormArgs<T, W>& args, int64_t row0, int rows_per_cta,
+                                               uint32_t stage, uint32_t full) {
+  if (threadIdx.x != 0 || row0 >= args.rows) return;
+  const int64_t rows = args.rows - row0 < rows_per_cta ? args.rows - row0 : rows_per_cta;
+  const auto bytes = static_cast<uint32_t>(rows * args.hidden * static_cast<int64_t>(sizeof(T)));  // 32-byte multiples
+  fence_proxy_async_shared();  // the threads' reads of the stage (ordered by the barrier) come first
+  mbarrier_arrive_expect_tx(full, bytes);
+  bulk_copy_to_shared(stage, args.x + row0 * args.hidden, bytes, full);
+}
+
+template <typename T, typename W, class Format, class Sink>
+__device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
+                                                     const float4* staged_weights, RmsRowScratch& scratch,
+                                                     uint32_t stage, uint32_t full) {
+  constexpr int kBlock = Format::kBlock;
+  const int rows_per_cta = blockDim.x / args.row_threads;
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
+  const RowSpans spans(args);
+  const uint32_t span_in_stage = stage + static_cast<uint32_t>((spans.own_row * args.hidden + spans.first) * sizeof(T));
+  uint32_t parity = 0;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows; row0 += row_step) {
+    prefetch_row_group<false>(args, row0 + 2 * row_step, rows_per_cta);
+    const RowSpan span = spans.at(args, row0);
+    mbarrier_wait(full, parity);
+    parity ^= 1;
+    Vec8<T> h[kRmsSpan / 8];
+#pragma unroll
+    for (int g = 0; g < kRmsSpan / 8; ++g) {
+      const uint4 words = g * 8 < span.live ? lds_128(span_in_stage + g * 16) : make_uint4(0u, 0u, 0u, 0u);
+      h[g] = *reinterpret_cast<const Vec8<T>*>(&words);
+    }
+    const float rs = span_rms_inverse(args, h, scratch);  // past its first barrier, the stage is free
+    copy_row_group(args, row0 + row_step, rows_per_cta, stage, full);
+    const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);
+#pragma unroll
+    for (int b = 0; b < kRmsSpan / kBlock; ++b) {
+      if (b * kBlock < span.live) {
+        float y[kBlock];
+        normalized_block<kBlock>(h, b, rs, staged_weights, y);
+        sink.put(format, first_block + b, y);
+        if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
+      }
+    }
+  }
+}
+#endif
+
 // Stages this thread's weights (the same span in every row it normalizes), then a barrier that
 // also covers whatever the CTA wrote to shared memory before (the format's table).
 template <typename T, typename W>
@@ -407,7 +464,27 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
   __shared__ uint32_t scratch[32];
   const auto format = make_format(source, table);
   auto sink = make_sink(source, data, scales, scale_index);
-  prefetch_row_group<kResidual>(args, static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads), blockDim.x / args.row_threads);
+  const int rows_per_cta = blockDim.x / args.row_threads;
+#if defined(FP4OPS_HW_PDL)
+  if constexpr (!kResidual && sizeof(T) == 2) {
+    if (args.staged_rows) {
+      __shared__ uint64_t stage_full;
+      const uint32_t full = shared_address(&stage_full);
+      const uint32_t stage = shared_address(staged_weights + blockDim.x * kRmsWeightQuads);
+      prefetch_row_group<false>(args, (static_cast<int64_t>(blockIdx.x) + gridDim.x) * rows_per_cta, rows_per_cta);
+      if (threadIdx.x == 0) {
+        mbarrier_init(full);
+        fence_mbarrier_init();
+      }
+      copy_row_group(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta, stage, full);
+      stage_row_weights(args, staged_weights);  // its barrier also publishes the initialized mbarrier
+      rms_norm_rows_staged(args, format, sink, staged_weights, row_scratch, stage, full);
+      sink.finish(scratch);
+      return;
+    }
+  }
+#endif
+  prefetch_row_group<kResidual>(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta);
   stage_row_weights(args, staged_weights);
   rms_norm_rows<kResidual>(args, format, sink, staged_weights, row_scratch);
   sink.finish(scratch);

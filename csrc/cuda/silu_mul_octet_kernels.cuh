@@ -8,7 +8,6 @@
 #pragma once
 
 #include "producers_kernels.cuh"
-#include "wgmma.cuh"  // the mbarrier helpers
 
 namespace fp4ops::cuda {
 

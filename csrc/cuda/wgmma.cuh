@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "async_copy.cuh"
+
 namespace fp4ops::cuda {
 
 // The shared-memory matrix descriptor of K-major B in 128-byte-swizzle atoms (8 rows of 128 bytes,
@@ -30,35 +32,6 @@ namespace fp4ops::cuda {
 __device__ __forceinline__ uint64_t wgmma_swizzled_descriptor(uint32_t address, uint32_t group_stride_bytes) {
   const uint64_t lo = (address >> 4 & 0x3FFFu) | 1u << 16;
   return lo | static_cast<uint64_t>(group_stride_bytes >> 4 & 0x3FFFu) << 32 | uint64_t{1} << 62;
-}
-
-// An mbarrier in shared memory that completes a phase when its one arrival (arrive_expect_tx) and
-// the bytes it expects (complete_tx, from bulk copies) are all in.
-__device__ __forceinline__ void mbarrier_init(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-// Makes mbarrier_init visible to the async proxy (the bulk copies' complete_tx); then a CTA barrier.
-__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Waits for the phase of `parity` (0 for the first phase, then alternating) to complete.
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
-// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory
-// through the async proxy, counted on `bar`'s expected bytes.
-__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
-               "r"(bytes), "r"(bar)
-               : "memory");
 }
 
 // The instructions below exist on sm_90a only: call them from code compiled where FP4OPS_HW_WGMMA is
