@@ -351,13 +351,32 @@ __device__ __forceinline__ void prefetch_row_group(const RmsNormArgs<T, W>& args
 #endif
 }
 
+// y of this thread's span of a row (h, its rs), block by block into `sink` (and a test's copy).
+template <typename T, typename W, class Format, class Sink>
+__device__ __forceinline__ void put_span_blocks(const RmsNormArgs<T, W>& args, const RowSpan& span, const Vec8<T> (&h)[kRmsSpan / 8],
+                                                float rs, const Format& format, Sink& sink, const float4* staged_weights) {
+  constexpr int kBlock = Format::kBlock;
+  // offset is a multiple of the block; divided unsigned, the division is a shift.
+  const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);
+  // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
+  // multiple of 32, so its live is 32.
+#pragma unroll
+  for (int b = 0; b < kRmsSpan / kBlock; ++b) {
+    if (b * kBlock < span.live) {
+      float y[kBlock];
+      normalized_block<kBlock>(h, b, rs, staged_weights, y);
+      sink.put(format, first_block + b, y);
+      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
+    }
+  }
+}
+
 // A CTA's rows, normalized into `sink` block by block: rows in groups of blockDim.x / row_threads
 // per CTA, grid-stride. The weights are staged (stage_weights, then a barrier) and the format is
 // ready. With kResidual, h = x + residual is also stored to residual_out.
 template <bool kResidual, typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
                                               const float4* staged_weights, RmsRowScratch& scratch) {
-  constexpr int kBlock = Format::kBlock;
   const int rows_per_cta = blockDim.x / args.row_threads;
   // Rows advance by whole row groups (row0 is the CTA's group, the same in all its threads), so
   // every thread runs the loop the same number of times (row_rms_inverse synchronizes).
@@ -369,19 +388,7 @@ __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, con
     Vec8<T> h[kRmsSpan / 8];
     load_row_span<kResidual>(args, span, h);
     const float rs = span_rms_inverse(args, h, scratch);
-    // offset is a multiple of the block; divided unsigned, the division is a shift.
-    const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);
-    // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
-    // multiple of 32, so its live is 32.
-#pragma unroll
-    for (int b = 0; b < kRmsSpan / kBlock; ++b) {
-      if (b * kBlock < span.live) {
-        float y[kBlock];
-        normalized_block<kBlock>(h, b, rs, staged_weights, y);
-        sink.put(format, first_block + b, y);
-        if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
-      }
-    }
+    put_span_blocks(args, span, h, rs, format, sink, staged_weights);
   }
 }
 
@@ -408,7 +415,6 @@ template <typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
                                                      const float4* staged_weights, RmsRowScratch& scratch,
                                                      uint32_t stage, uint32_t full) {
-  constexpr int kBlock = Format::kBlock;
   const int rows_per_cta = blockDim.x / args.row_threads;
   const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
   const RowSpans spans(args);
@@ -427,16 +433,7 @@ __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& ar
     }
     const float rs = span_rms_inverse(args, h, scratch);  // past its first barrier, the stage is free
     copy_row_group(args, row0 + row_step, rows_per_cta, stage, full);
-    const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);
-#pragma unroll
-    for (int b = 0; b < kRmsSpan / kBlock; ++b) {
-      if (b * kBlock < span.live) {
-        float y[kBlock];
-        normalized_block<kBlock>(h, b, rs, staged_weights, y);
-        sink.put(format, first_block + b, y);
-        if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
-      }
-    }
+    put_span_blocks(args, span, h, rs, format, sink, staged_weights);
   }
 }
 #endif
