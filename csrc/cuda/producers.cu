@@ -189,9 +189,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
   const int64_t row_groups = (rows + threads / row_threads - 1) / (threads / row_threads);
   const int device = x.get_device();
   // A persistent grid, at most as many CTAs as are resident at once: each stages its weights once.
-  // Without a residual, 16-bit x on sm_90+ also streams its rows through a shared-memory stage
-  // (rms_norm_rows_staged) where a row spans warps (input is 16-byte aligned: aligned_contiguous).
-  const bool staged_rows = at::cuda::getCurrentDeviceProperties()->major >= 9 && x.element_size() == 2 && row_threads >= 64;
+  // MXFP4 without a residual, 16-bit x on sm_90+, also streams its rows through a shared-memory
+  // stage (rms_norm_rows_staged) where a row spans warps (input is 16-byte aligned:
+  // aligned_contiguous): its kernel, built for one CTA per SM, holds the fewest loads in flight.
+  const bool staged_rows = !target.nvfp4 && at::cuda::getCurrentDeviceProperties()->major >= 9 && x.element_size() == 2 &&
+                           row_threads >= 64;
   const size_t stage_bytes = static_cast<size_t>(threads / row_threads) * static_cast<size_t>(hidden) * x.element_size();
   const auto launch_rows = [&](int pass, auto kernel, auto&& args, auto&&... kernel_args) {
     const size_t smem = rms_smem_bytes(threads) + (args.staged_rows ? stage_bytes : 0);

@@ -166,7 +166,7 @@ struct RmsNormArgs {
   int hidden;       // a multiple of 16, at most kRmsMaxRowThreads * kRmsSpan
   int row_threads;  // a power of two: max(1, next_pow2(hidden) / 32)
   float eps;
-  bool staged_rows = false;  // rms_norm_rows_staged (sm_90+, no residual, row_threads >= 64, x 16-byte aligned)
+  bool staged_rows = false;  // rms_norm_rows_staged (MXFP4, 16-bit x, sm_90+, no residual, row_threads >= 64)
 };
 
 // A thread's weights, widened to fp32 once per CTA and kept in dynamic shared memory: quad k of
@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
   auto sink = make_sink(source, data, scales, scale_index);
   const int rows_per_cta = blockDim.x / args.row_threads;
 #if defined(FP4OPS_HW_PDL)
-  if constexpr (!kResidual && sizeof(T) == 2) {
+  if constexpr (!kResidual && sizeof(T) == 2 && std::is_same_v<Source, Mxfp4Source>) {
     if (args.staged_rows) {
       __shared__ uint64_t stage_full;
       const uint32_t full = shared_address(&stage_full);
