@@ -26,7 +26,10 @@ What it does:
    (every GEMV and fused-producer shape), % of its run's ceiling and the median / fastest call in
    us, one column per run; the decode stream's FP4 layer time per case (us per layer), one column
    per run; then the Llama-3.1-8B stack's FP4 tokens/s per batch where the runs timed it. Each
-   table ends with every side's speed-up over base (the fastest run of each side).
+   table ends with every side's speed-up over base (the fastest run of each side). The file is
+   rewritten after every run, so a run that fails leaves the summary of those before it; on a
+   machine whose commands have a time limit, `--time-budget SECONDS` starts no run that would
+   likely end past it (the longest run so far as the estimate) and summarizes what it has.
 
 Alternating the sides in one session on one GPU is what makes a few points of difference
 readable: runs on other days or machines move by as much (docs/performance.md, "Method notes").
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COPY_EXCLUDES = shutil.ignore_patterns(".git", "build", "*.so", "__pycache__", "*.egg-info", ".whl")
@@ -118,6 +122,38 @@ def best_of_sides(values: dict[str, float], pick, side: str = "new") -> str:
     return f"{best['base'] / best[side]:.3f}x" if pick is min else f"{best[side] / best['base']:.3f}x"
 
 
+def run_rounds(trees: dict[str, pathlib.Path], rounds: int, bench_one, write_summary, out: pathlib.Path,
+               time_budget: float | None = None, started: float | None = None, clock=time.monotonic) -> dict[str, pathlib.Path]:
+    """The runs, side after side, round after round: `bench_one(tree, name)` for names new1, base1,
+    ..., new2, ...; `write_summary(runs so far)` after each, so that a run that fails, or a machine
+    whose time runs out, leaves the summary of what was done. With time_budget, a run is not started
+    where the longest run so far would end it past time_budget seconds after `started`. A failed run
+    ends the A/B with its log named."""
+    started = clock() if started is None else started
+    runs: dict[str, pathlib.Path] = {}
+    longest = 0.0
+    for round_index in range(1, rounds + 1):
+        for side, tree in trees.items():
+            name = f"{side}{round_index}"
+            elapsed = clock() - started
+            if time_budget is not None and elapsed + longest > time_budget:
+                print(f"stopping before {name}: {elapsed:.0f} s gone, runs take up to {longest:.0f} s, "
+                      f"budget {time_budget:.0f} s ({len(runs)} runs done)", flush=True)
+                return runs
+            print(f"bench {name} ...", flush=True)
+            began = clock()
+            try:
+                bench_one(tree, name)
+            except subprocess.CalledProcessError as error:
+                write_summary(runs)
+                raise SystemExit(f"bench {name} failed (exit status {error.returncode}): see {out / name}.log; "
+                                 f"the summary of the {len(runs)} runs before it is in {out / 'ab_summary.md'}") from error
+            longest = max(longest, clock() - began)
+            runs[name] = out / name
+            write_summary(runs)
+    return runs
+
+
 def summarize(runs: dict[str, pathlib.Path]) -> str:
     """Markdown: one row per fp4ops result at 2^26 elements or more, every GEMV shape and every fused
     producer shape (the suite's --producer-shapes pick those), one column per run ("pct% (median /
@@ -190,12 +226,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="suite: benchmarks.suite (default); decode: benchmarks.decode_stream")
     parser.add_argument("--out", default=None, help="folder for the logs, JSONs and ab_summary.md (default: <work>/results)")
     parser.add_argument("--work", default=None, help="folder for the base copy (default: a temporary one)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="start no run that would likely end later than this many seconds after the start "
+                             "(the longest run so far as the estimate); the summary covers the runs done")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER,
                         help="after '--': arguments for the benchmark (`python -m benchmarks.suite` or decode_stream)")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.time_budget is not None and args.time_budget <= 0:
+        parser.error("--time-budget must be positive")
     also: dict[str, pathlib.Path] = {}
     for spec in args.also:
         name, _, folder = spec.partition("=")
@@ -217,16 +259,11 @@ def main(argv: list[str] | None = None) -> None:
     others = "".join(f" and {folder}" for folder in also.values())
     print(f"building this tree, {args.base or base_csrc}'s csrc{others} (logs in {out}) ...", flush=True)
     build_both(trees, out)
-    runs: dict[str, pathlib.Path] = {}
-    for round_index in range(1, args.rounds + 1):
-        for side, tree in trees.items():
-            name = f"{side}{round_index}"
-            print(f"bench {name} ...", flush=True)
-            run_bench(tree, bench_args, out / name, args.bench)
-            runs[name] = out / name
-    summary = summarize_decode(runs) if args.bench == "decode" else summarize(runs)
-    (out / "ab_summary.md").write_text(summary)
-    print(summary)
+    summarize_runs = summarize_decode if args.bench == "decode" else summarize
+    runs = run_rounds(trees, args.rounds, lambda tree, name: run_bench(tree, bench_args, out / name, args.bench),
+                      lambda done: (out / "ab_summary.md").write_text(summarize_runs(done)),
+                      out, time_budget=args.time_budget, started=started)
+    print(summarize_runs(runs))
 
 
 if __name__ == "__main__":

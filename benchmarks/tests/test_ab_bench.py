@@ -163,3 +163,56 @@ def test_bench_must_be_known(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ab_bench.main(["--base", "HEAD", "--bench", "gemm", "--work", str(tmp_path / "w")])
     assert "invalid choice" in capsys.readouterr().err
+
+
+class FakeClock:
+    """A clock that moves only when a fake run takes time."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_rounds_alternate_sides_and_rewrite_the_summary_after_each_run(tmp_path):
+    trees = {"new": tmp_path / "n", "base": tmp_path / "b", "alt": tmp_path / "a"}
+    ran, summaries = [], []
+    runs = ab_bench.run_rounds(trees, 2, lambda tree, name: ran.append((tree.name, name)),
+                               lambda done: summaries.append(list(done)), tmp_path)
+    assert ran == [("n", "new1"), ("b", "base1"), ("a", "alt1"), ("n", "new2"), ("b", "base2"), ("a", "alt2")]
+    assert list(runs) == ["new1", "base1", "alt1", "new2", "base2", "alt2"]
+    assert runs["base2"] == tmp_path / "base2"
+    assert summaries == [list(runs)[:i] for i in range(1, 7)]
+
+
+def test_time_budget_starts_no_run_that_would_end_past_it(tmp_path):
+    clock = FakeClock()
+    durations = {"new1": 40.0, "base1": 50.0, "new2": 45.0, "base2": 40.0}
+
+    def bench_one(tree, name):
+        clock.now += durations[name]
+
+    summaries = []
+    # 30 s of build before the first run; after new1 and base1 (120 s gone, runs up to 50 s), new2
+    # fits a 175 s budget (170 s) and base2 does not (165 s gone + 50 s).
+    runs = ab_bench.run_rounds({"new": tmp_path, "base": tmp_path}, 2, bench_one, lambda done: summaries.append(list(done)),
+                               tmp_path, time_budget=175.0, started=clock.now - 30.0, clock=clock)
+    assert list(runs) == ["new1", "base1", "new2"]
+    assert summaries[-1] == ["new1", "base1", "new2"]
+
+
+def test_a_failed_run_ends_the_ab_with_its_log_named_and_the_summary_written(tmp_path):
+    def bench_one(tree, name):
+        if name == "base1":
+            raise subprocess.CalledProcessError(3, ["python", "-m", "benchmarks.suite"])
+
+    summaries = []
+    with pytest.raises(SystemExit, match=r"bench base1 failed \(exit status 3\): see .*base1\.log"):
+        ab_bench.run_rounds({"new": tmp_path, "base": tmp_path}, 2, bench_one, lambda done: summaries.append(list(done)), tmp_path)
+    assert summaries[-1] == ["new1"]
+
+
+def test_time_budget_must_be_positive(tmp_path):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base", "HEAD", "--time-budget", "0", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
