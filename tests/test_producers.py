@@ -587,6 +587,32 @@ def test_row_counts(device, op, format, layout, rows):
         assert out.g.item() == 1.0
 
 
+# RMSNorm rows that span several warps (on sm_90+ with 16-bit x and no residual, the rows are
+# bulk-copied through a shared stage) and outnumber the CTAs any GPU holds at once, so that every
+# CTA normalizes several row groups in turn, the stage reused each time. 2064 leaves the row's last
+# thread half a span (NVFP4 only: MXFP4 rows are whole 32-element blocks).
+MANY_ROW_GROUPS = [(target, rows, hidden) for target in ("nvfp4-float", "nvfp4-computed", "mxfp4-floor")
+                   for rows, hidden in ((2000, 4096), (300, 14336), (1200, 2064))
+                   if not (target.startswith("mxfp4") and hidden % 32)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("target", "rows", "hidden"), MANY_ROW_GROUPS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_norm_many_row_groups_per_cta(device, target, rows, hidden, dtype):
+    """The op's bytes are reference.rms_norm_quantize's for every row, however many row groups each
+    CTA takes in turn (on the CPU, which has no grid, a few rows of the same widths)."""
+    needs_kernel(device, "rms_norm_quantize")
+    t = make_target(target, device)
+    x, weight = op_input("rms_norm_quantize", (rows if device == "cuda" else 5, hidden), dtype, device)
+    out = run_rms(x, weight, t, intermediate=False)
+    want = reference.rms_norm_quantize(x, weight, 1e-6, None, **t.kwargs())  # no residual: q alone
+    assert_same_bytes(out.data, want[0], "data")
+    assert_same_bytes(out.scales, want[1], "scales")
+    if t.format == "nvfp4":
+        assert_exact(out.g, want[2])
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("format", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("op", OPS)
