@@ -608,13 +608,14 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
 }
 
 // MXFP4: the blocks outside the window (whose MMAs in the main loop added zero products), added to
-// their rows' sums after the main loop, step by step, as per-block scaling adds them: the dense decoder's values (exact E2M1 values times 2^kDecodeExponent), each block's two
-// MMAs into a zeroed fragment, that power undone (exact), then one fma by the block scale times
-// 2^kCarriedExponent (what the prescaled sums carry). Only warps that met such a step run it, the
-// whole warp's MMAs, but only an outside block's sum is added; it reads W and x from global memory,
-// `dense_b(step, j, u)` giving the lane's B registers of unit u and column tile j. Every kernel adds
-// the same products in this order, so a row's bits depend neither on which one ran nor on the other
-// rows' codes.
+// their rows' sums after the main loop, step by step, as per-block scaling adds them: the dense
+// decoder's values (exact E2M1 values times 2^kDecodeExponent), each block's two MMAs into a zeroed
+// fragment, that power undone (exact), then one fma by the block scale times 2^kCarriedExponent
+// (what the prescaled sums carry). Only warps that met such a step run it, the whole warp's MMAs,
+// but only an outside block's sum is added; it reads W and x from global memory,
+// `dense_b(step, j, u)` giving the lane's B registers of unit u and column tile j. Every kernel
+// adds the same products in this order, so a row's bits depend neither on which one ran nor on
+// the other rows' codes.
 template <class Layout, class DenseB>
 __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args, const LinearThread& th, LinearAccumulators<Layout>& acc,
                                                        DenseB&& dense_b) {
