@@ -1,5 +1,6 @@
 // Shared-memory and asynchronous-copy primitives (sm_80+ PTX; the bulk ones sm_90+) that the
-// tensor-core GEMV, the linear and the RMSNorm producer stream with. Addresses of shared memory are 32-bit shared-window addresses (shared_address).
+// tensor-core GEMV, the linear and the RMSNorm producer stream with. Addresses of shared memory are
+// 32-bit shared-window addresses (shared_address).
 #pragma once
 
 #include <cstdint>
