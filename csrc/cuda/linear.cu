@@ -165,6 +165,13 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
 
+// The torch dtype of dense x of type T (fp16 or bf16).
+template <typename T>
+constexpr at::ScalarType dense_dtype() {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "dense x is fp16 or bf16");
+  return std::is_same_v<T, __half> ? at::kHalf : at::kBFloat16;
+}
+
 // Each kernel runs as the programmatic dependent of the one before it (launch_dependent), and
 // lets the one after it launch once all its CTAs run: dense x is permuted into the decoders'
 // pairing where it must arrive paired (x_must_arrive_paired; FP4 x is decoded by
@@ -177,7 +184,7 @@ void launch_mma_kernels(LinearArgs args, int column_tiles, const at::TensorOptio
   at::Tensor paired;
   const bool resident = resident_x(args, column_tiles);
   if (!args.x_paired && x_must_arrive_paired(args, column_tiles, resident)) {
-    paired = at::empty({args.m, args.k}, options.dtype(std::is_same_v<XT, __half> ? at::kHalf : at::kBFloat16));
+    paired = at::empty({args.m, args.k}, options.dtype(dense_dtype<XT>()));
     const int64_t chunks = args.m * args.k / 8;
     launch_dependent(linear_permute_x_kernel<XT>, grid_for(chunks, 256), 256, stream, static_cast<const uint4*>(args.x),
                      static_cast<uint4*>(paired.mutable_data_ptr()), chunks);
@@ -204,6 +211,9 @@ using DenseX = std::conditional_t<!std::is_same_v<XT, uint8_t>, XT,
                                   std::conditional_t<std::is_same_v<Format, Nvfp4Format>, __half, __nv_bfloat16>>;
 template <class Format>
 using XChunk = std::conditional_t<std::is_same_v<Format, Nvfp4Format>, PrescaledNvfp4XChunk, ExactMxfp4XChunk>;
+// Whether XChunk<Format>'s dense x carries its block scales (NVFP4: prescaled; MXFP4: exact values).
+template <class Format>
+constexpr bool kDecodedXPrescaled = std::is_same_v<Format, Nvfp4Format>;
 
 // One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps), the
 // K ranges and row chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out.
@@ -227,12 +237,12 @@ void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& op
   using DenseT = DenseX<Format, XT>;
   const int tokens = 8 * column_tiles;
   const int64_t rows = (args.m + tokens - 1) / tokens * tokens;
-  const at::Tensor x_image = at::empty({rows, args.k}, options.dtype(std::is_same_v<DenseT, __half> ? at::kHalf : at::kBFloat16));
+  const at::Tensor x_image = at::empty({rows, args.k}, options.dtype(dense_dtype<DenseT>()));
   const WgmmaXImage image{static_cast<uint8_t*>(x_image.mutable_data_ptr()), args.m, args.steps, tokens};
   if constexpr (std::is_same_v<XT, uint8_t>) {
     launch_dependent(linear_decode_x_image_kernel<XChunk<Format>>, grid_for(rows * args.k / 8, 256), 256, stream,
                      static_cast<const uint32_t*>(args.x), args.x_scales, image);
-    args.x_prescaled = std::is_same_v<Format, Nvfp4Format>;
+    args.x_prescaled = kDecodedXPrescaled<Format>;
     args.x_scales = nullptr;
   } else {
     launch_dependent(linear_wgmma_x_image_kernel<XT>, grid_for(rows * args.k / 32, 256), 256, stream,
@@ -264,12 +274,12 @@ void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions&
   if constexpr (std::is_same_v<XT, uint8_t>) {
     const bool pairing = column_tiles > 1 || resident_x(args, column_tiles);
     const int64_t chunks = args.m * args.k / 8;
-    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(std::is_same_v<DenseT, __half> ? at::kHalf : at::kBFloat16));
+    const at::Tensor decoded = at::empty({args.m, args.k}, options.dtype(dense_dtype<DenseT>()));
     launch_dependent(pairing ? linear_decode_x_kernel<XChunk<Format>, true> : linear_decode_x_kernel<XChunk<Format>, false>,
                      grid_for(chunks, 256), 256, stream, static_cast<const uint32_t*>(args.x), args.x_scales,
                      static_cast<uint4*>(decoded.mutable_data_ptr()), chunks);
     LinearArgs dense = with_decoded_x(args, decoded, pairing);
-    dense.x_prescaled = std::is_same_v<Format, Nvfp4Format>;
+    dense.x_prescaled = kDecodedXPrescaled<Format>;
     launch_mma_kernels<Format, DenseT>(dense, column_tiles, options, stream, device);
   } else {
     launch_mma_kernels<Format, XT>(args, column_tiles, options, stream, device);
