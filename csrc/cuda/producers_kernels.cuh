@@ -29,6 +29,24 @@ constexpr int kRmsSpan = 32;
 constexpr int kRmsMaxRowThreads = 512;  // rows of up to 16384 elements
 constexpr int kRmsMinThreads = 128;     // per CTA: rows_per_cta = blockDim.x / row_threads
 
+// a[i] <- a[i ^ x] for every i (x < N, N a power of two), by conditional swaps: a register array
+// indexed by a value known only at run time would live in local memory.
+template <int N, typename T>
+__device__ __forceinline__ void xor_permute(T (&a)[N], int x) {
+#pragma unroll
+  for (int bit = 1; bit < N; bit <<= 1) {
+    const bool swap = (x & bit) != 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if ((i & bit) == 0) {
+        const T low = a[i], high = a[i | bit];
+        a[i] = swap ? high : low;
+        a[i | bit] = swap ? low : high;
+      }
+    }
+  }
+}
+
 // Where the blocks of y go. Both sinks take whole blocks of the format at their index in the
 // row-major block order of the output (block b covers elements [b * kBlock, (b + 1) * kBlock)).
 // The format is the kernel's own local (as in quantize_kernel), passed in by reference, not a
@@ -42,6 +60,19 @@ struct BlockQuantizer {
 
   template <class Format>
   __device__ __forceinline__ void put(const Format& format, int64_t block, const float* y) const {
+    put_octets<false>(format, block, y, 0);
+  }
+  // y's octet o is the block's octet o ^ octet_xor (the scale and its maximum do not depend on the
+  // order).
+  template <class Format>
+  __device__ __forceinline__ void put(const Format& format, int64_t block, const float* y, int octet_xor) const {
+    put_octets<true>(format, block, y, octet_xor);
+  }
+  __device__ __forceinline__ void finish(uint32_t*) const {}
+
+ private:
+  template <bool kPermuted, class Format>
+  __device__ __forceinline__ void put_octets(const Format& format, int64_t block, const float* y, int octet_xor) const {
     constexpr int kBlock = Format::kBlock;
     float v[kBlock];
 #pragma unroll
@@ -52,12 +83,12 @@ struct BlockQuantizer {
     uint32_t words[kBlock / 8];
 #pragma unroll
     for (int w = 0; w < kBlock / 8; ++w) words[w] = encode_element_octet(enc, v + 8 * w);
+    if constexpr (kPermuted) xor_permute(words, octet_xor);
     uint2* out = reinterpret_cast<uint2*>(data + block * (kBlock / 2));  // 8-byte aligned: K % 16 == 0
 #pragma unroll
     for (int w = 0; w < kBlock / 16; ++w) __stcs(out + w, make_uint2(words[2 * w], words[2 * w + 1]));
     scales[scale_index.offset(block)] = static_cast<uint8_t>(enc.scale_code);
   }
-  __device__ __forceinline__ void finish(uint32_t*) const {}
 };
 
 // The first pass of NVFP4 with its own g: blocks of 16 only for their finite max, added to
@@ -71,7 +102,7 @@ struct AmaxReducer {
   uint32_t* out_bits;
   uint32_t max_bits = 0;
 
-  __device__ __forceinline__ void put(const AmaxTarget&, int64_t, const float* y) {
+  __device__ __forceinline__ void put(const AmaxTarget&, int64_t, const float* y, int = 0) {  // any order
 #pragma unroll
     for (int i = 0; i < AmaxTarget::kBlock; ++i) max_bits = max(max_bits, __float_as_uint(finite_abs(y[i])));
   }
@@ -176,14 +207,16 @@ struct RmsNormArgs {
 constexpr int kRmsWeightQuads = kRmsSpan / 4;
 constexpr size_t rms_smem_bytes(int threads) { return static_cast<size_t>(threads) * kRmsSpan * sizeof(float); }
 
+// With octet_xor, slot g holds the weights of the span's octet g ^ octet_xor (rms_norm_rows_staged).
 template <typename W>
-__device__ __forceinline__ void stage_weights(const W* __restrict__ weight, int valid, float4* staged) {
+__device__ __forceinline__ void stage_weights(const W* __restrict__ weight, int valid, float4* staged, int octet_xor = 0) {
 #pragma unroll
   for (int g = 0; g < kRmsSpan / 8; ++g) {
+    const int octet = g ^ octet_xor;
     float w[8] = {};
-    if (g * 8 < valid) {
+    if (octet * 8 < valid) {
       Vec8<W> raw;
-      const uint4* src = reinterpret_cast<const uint4*>(weight + 8 * g);
+      const uint4* src = reinterpret_cast<const uint4*>(weight + 8 * octet);
       uint4* dst = reinterpret_cast<uint4*>(&raw);
 #pragma unroll
       for (int i = 0; i < static_cast<int>(sizeof(Vec8<W>) / 16); ++i) dst[i] = __ldg(src + i);
@@ -352,21 +385,36 @@ __device__ __forceinline__ void prefetch_row_group(const RmsNormArgs<T, W>& args
 }
 
 // y of this thread's span of a row (h, its rs), block by block into `sink` (and a test's copy).
-template <typename T, typename W, class Format, class Sink>
+// With kXorSlots, slot g of h (and of the staged weights) holds the span's octet g ^ octet_xor
+// (rms_norm_rows_staged); without, they are in order and octet_xor is 0.
+template <bool kXorSlots, typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void put_span_blocks(const RmsNormArgs<T, W>& args, const RowSpan& span, const Vec8<T> (&h)[kRmsSpan / 8],
-                                                float rs, const Format& format, Sink& sink, const float4* staged_weights) {
-  constexpr int kBlock = Format::kBlock;
+                                                float rs, const Format& format, Sink& sink, const float4* staged_weights,
+                                                int octet_xor) {
+  constexpr int kBlock = Format::kBlock, kOctets = kBlock / 8;
   // offset is a multiple of the block; divided unsigned, the division is a shift.
   const int64_t first_block = static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock);
+  // Slot block b holds the span's block b ^ block_xor, its octets permuted by octet_xor's low bits.
+  const int block_xor = octet_xor / kOctets, within_xor = octet_xor % kOctets;
   // Whole blocks only: live is 16 or 32, a multiple of NVFP4's block; MXFP4's hidden is a
   // multiple of 32, so its live is 32.
 #pragma unroll
   for (int b = 0; b < kRmsSpan / kBlock; ++b) {
-    if (b * kBlock < span.live) {
+    const int block = b ^ block_xor;
+    if (block * kBlock < span.live) {
       float y[kBlock];
       normalized_block<kBlock>(h, b, rs, staged_weights, y);
-      sink.put(format, first_block + b, y);
-      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
+      if constexpr (kXorSlots) {
+        sink.put(format, first_block + block, y, within_xor);
+      } else {
+        sink.put(format, first_block + block, y);
+      }
+      if (args.intermediate != nullptr) {
+#pragma unroll
+        for (int o = 0; o < kOctets; ++o) {
+          store_intermediate<8>(args.intermediate + span.offset + 8 * ((b * kOctets + o) ^ octet_xor), y + 8 * o);
+        }
+      }
     }
   }
 }
@@ -388,7 +436,7 @@ __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, con
     Vec8<T> h[kRmsSpan / 8];
     load_row_span<kResidual>(args, span, h);
     const float rs = span_rms_inverse(args, h, scratch);
-    put_span_blocks(args, span, h, rs, format, sink, staged_weights);
+    put_span_blocks<false>(args, span, h, rs, format, sink, staged_weights, 0);
   }
 }
 
@@ -411,6 +459,13 @@ __device__ __forceinline__ void copy_row_group(const RmsNormArgs<T, W>& args, in
   bulk_copy_to_shared(stage, args.x + row0 * args.hidden, bytes, full);
 }
 
+// The order in which a thread reads its span's four 16-byte octets from the stage: slot g is octet
+// g ^ staged_octet_xor(). A 16-byte shared load is served 8 lanes at a time, and the spans of
+// neighbouring lanes lie 64 bytes apart, so in order the 8 lanes would hit 2 of the 8 16-byte bank
+// groups (4-way conflicts); XOR-ing by (lane / 2) % 4 gives the 4 lanes of each parity 4 distinct
+// octets, and the 8 lanes 8 distinct bank groups.
+__device__ __forceinline__ int staged_octet_xor() { return (threadIdx.x >> 1) & 3; }
+
 template <typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
                                                      const float4* staged_weights, RmsRowScratch& scratch,
@@ -419,6 +474,7 @@ __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& ar
   const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_cta;
   const RowSpans spans(args);
   const uint32_t span_in_stage = stage + static_cast<uint32_t>((spans.own_row * args.hidden + spans.first) * sizeof(T));
+  const int octet_xor = staged_octet_xor();
   uint32_t parity = 0;
   for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows_per_cta; row0 < args.rows; row0 += row_step) {
     prefetch_row_group<false>(args, row0 + 2 * row_step, rows_per_cta);
@@ -428,12 +484,16 @@ __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& ar
     Vec8<T> h[kRmsSpan / 8];
 #pragma unroll
     for (int g = 0; g < kRmsSpan / 8; ++g) {
-      const uint4 words = g * 8 < span.live ? lds_128(span_in_stage + g * 16) : make_uint4(0u, 0u, 0u, 0u);
+      const int octet = g ^ octet_xor;
+      const uint4 words = octet * 8 < span.live ? lds_128(span_in_stage + octet * 16) : make_uint4(0u, 0u, 0u, 0u);
       h[g] = *reinterpret_cast<const Vec8<T>*>(&words);
     }
+    // h in slot order: SPEC 7's tree adds the span's octets in pairs, then the pairs, and a slot
+    // order that only swaps octets within a pair, or the two pairs, adds the same operands at every
+    // node (addition commutes, bit for bit), so rs is the same.
     const float rs = span_rms_inverse(args, h, scratch);  // past its first barrier, the stage is free
     copy_row_group(args, row0 + row_step, rows_per_cta, stage, full);
-    put_span_blocks(args, span, h, rs, format, sink, staged_weights);
+    put_span_blocks<true>(args, span, h, rs, format, sink, staged_weights, octet_xor);
   }
 }
 #endif
@@ -441,9 +501,9 @@ __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& ar
 // Stages this thread's weights (the same span in every row it normalizes), then a barrier that
 // also covers whatever the CTA wrote to shared memory before (the format's table).
 template <typename T, typename W>
-__device__ __forceinline__ void stage_row_weights(const RmsNormArgs<T, W>& args, float4* staged_weights) {
+__device__ __forceinline__ void stage_row_weights(const RmsNormArgs<T, W>& args, float4* staged_weights, int octet_xor = 0) {
   const RowSpans spans(args);
-  stage_weights(args.weight + spans.first, spans.valid, staged_weights);
+  stage_weights(args.weight + spans.first, spans.valid, staged_weights, octet_xor);
   __syncthreads();
 }
 
@@ -474,7 +534,8 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
         fence_mbarrier_init();
       }
       copy_row_group(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta, stage, full);
-      stage_row_weights(args, staged_weights);  // its barrier also publishes the initialized mbarrier
+      // In the order the rows are read (staged_octet_xor); its barrier also publishes the mbarrier.
+      stage_row_weights(args, staged_weights, staged_octet_xor());
       rms_norm_rows_staged(args, format, sink, staged_weights, row_scratch, stage, full);
       sink.finish(scratch);
       return;
