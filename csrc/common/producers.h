@@ -20,9 +20,15 @@ FP4OPS_HD float sqrt_rn(float a) {
 }
 
 // SPEC 7 RMSNorm step 3: rs = 1 / sqrt(ss / H + e), each operation correctly rounded (H < 2^24
-// is exact in fp32).
+// is exact in fp32). Where H is a power of two 2^k, ss * 2^-k is the same quotient: 2^-k is exact,
+// so both round the one real number ss / H once (a subnormal result included); on the GPU the
+// multiply is a much shorter dependent chain than the division. 2^-k's bits are 0x7F000000 minus
+// H's (biased exponents 127 + k and 127 - k).
 FP4OPS_HD float rms_inverse(float sum_of_squares, float hidden, float eps) {
-  return div_rn(1.0f, sqrt_rn(add_rn(div_rn(sum_of_squares, hidden), eps)));
+  const uint32_t hidden_bits = float_to_bits(hidden);
+  const float mean = (hidden_bits & 0x007FFFFFu) == 0 ? mul_rn(sum_of_squares, bits_to_float(0x7F000000u - hidden_bits))
+                                                      : div_rn(sum_of_squares, hidden);
+  return div_rn(1.0f, sqrt_rn(add_rn(mean, eps)));
 }
 
 // SPEC 7 RMSNorm step 4: (h * rs) * w, normalized first, then weighted.
@@ -35,17 +41,22 @@ inline int64_t next_power_of_two(int64_t n) {
   return p;
 }
 
-// SPEC 7 RMSNorm step 2 on n = 2^k consecutive values (n >= 1): the squares, then pairs of
-// neighbours added level by level. This is the contract's tree restricted to an aligned
-// power-of-two range; ranges combine with one more addition per level. Overwrites v.
+// SPEC 7 RMSNorm step 2 on n = 2^k consecutive values (n >= 1): the squares
+// (pairwise_sum_of_squares), then pairs of neighbours added level by level (pairwise_sum). This is
+// the contract's tree restricted to an aligned power-of-two range; ranges combine with one more
+// addition per level. Overwrites v.
 template <int N>
-FP4OPS_HD float pairwise_sum_of_squares(float (&v)[N]) {
+FP4OPS_HD float pairwise_sum(float (&v)[N]) {
   static_assert(N > 0 && (N & (N - 1)) == 0, "a power of two");
-  for (int i = 0; i < N; ++i) v[i] = mul_rn(v[i], v[i]);
   for (int width = N / 2; width >= 1; width /= 2) {
     for (int i = 0; i < width; ++i) v[i] = add_rn(v[2 * i], v[2 * i + 1]);
   }
   return v[0];
+}
+template <int N>
+FP4OPS_HD float pairwise_sum_of_squares(float (&v)[N]) {
+  for (int i = 0; i < N; ++i) v[i] = mul_rn(v[i], v[i]);
+  return pairwise_sum(v);
 }
 
 // SPEC 7 SiLU-and-mul: (g / (1 + exp(-g))) * u with the platform's fp32 exp (the only step the

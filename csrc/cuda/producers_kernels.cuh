@@ -249,14 +249,45 @@ __device__ __forceinline__ void load_span(const T* __restrict__ p, int live, Vec
   }
 }
 
+// The sum of the row's warps' subtree sums (`row_partials`, kWarps of them) in SPEC 7's tree
+// order: pairs of neighbours, then pairs of pairs.
+template <int kWarps>
+__device__ __forceinline__ float sum_of_row_partials(const float* row_partials) {
+  float t[kWarps];
+  if constexpr (kWarps == 2) {
+    const float2 pair = *reinterpret_cast<const float2*>(row_partials);
+    t[0] = pair.x;
+    t[1] = pair.y;
+  } else {
+#pragma unroll
+    for (int q = 0; q < kWarps / 4; ++q) {
+      const float4 quad = reinterpret_cast<const float4*>(row_partials)[q];
+      t[4 * q] = quad.x;
+      t[4 * q + 1] = quad.y;
+      t[4 * q + 2] = quad.z;
+      t[4 * q + 3] = quad.w;
+    }
+  }
+  return pairwise_sum(t);
+}
+
+// The shared memory of an RMSNorm CTA besides its staged weights (stage_weights): each warp's
+// subtree sum of a row, and each row's rs at the row's first warp.
+struct RmsRowScratch {
+  alignas(16) float partial[kRmsMaxRowThreads / 32];
+  float row_rs[kRmsMaxRowThreads / 32];
+};
+
 // rs of this thread's row: `s` (the thread's subtree) summed over the row's row_threads threads
 // in SPEC 7's tree order (see kRmsSpan), then rms_inverse. Within a warp, xor-shuffles; where a
-// row spans warps, the row's first warp finishes the tree over the warps' sums (`partial`, one
-// float per warp) and publishes rs (`row_rs`, one per row of the CTA); the other warps wait at the
-// barrier instead of repeating that work. Every CTA thread calls this once per row.
+// row spans warps, each warp publishes its sum (`partial`) and, after a barrier, the row's first
+// warp finishes the tree from shared memory (sum_of_row_partials: a few loads and additions, a
+// shorter chain than shuffles) and publishes rs (`row_rs`, at the row's first warp); the other
+// warps wait at a second barrier instead of repeating that work (measured: every warp computing
+// rs itself after one barrier cost more issue slots than the barrier's wait saved). Every CTA
+// thread calls this once per row.
 template <typename T, typename W>
-__device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W>& args, float* partial, float* row_rs) {
-  const int lane = threadIdx.x % 32;
+__device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W>& args, RmsRowScratch& scratch) {
   if (args.row_threads >= 32) {
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) s = add_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, offset));
@@ -268,20 +299,24 @@ __device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W
   }
   const float hidden = static_cast<float>(args.hidden);
   if (args.row_threads <= 32) return rms_inverse(s, hidden, args.eps);
-  const int warps = args.row_threads / 32, warp = threadIdx.x / 32;
-  if (lane == 0) partial[warp] = s;
+  const int warps = args.row_threads / 32, warp = threadIdx.x / 32;  // warps: 2 to 16, a power of two
+  const int first_warp = warp & ~(warps - 1);
+  if (threadIdx.x % 32 == 0) scratch.partial[warp] = s;
   __syncthreads();  // every warp's sum is in `partial`
-  if (warp % warps == 0) {
-    float t = lane < warps ? partial[warp + lane] : 0.0f;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      if (offset < warps) t = add_rn(t, __shfl_xor_sync(0xFFFFFFFFu, t, offset));
+  if (warp == first_warp) {
+    const float* row_partials = scratch.partial + first_warp;
+    float ss;
+    switch (warps) {
+      case 2: ss = sum_of_row_partials<2>(row_partials); break;
+      case 4: ss = sum_of_row_partials<4>(row_partials); break;
+      case 8: ss = sum_of_row_partials<8>(row_partials); break;
+      default: ss = sum_of_row_partials<16>(row_partials); break;
     }
-    const float rs = rms_inverse(t, hidden, args.eps);
-    if (lane == 0) row_rs[warp / warps] = rs;
+    const float rs = rms_inverse(ss, hidden, args.eps);
+    if (threadIdx.x % 32 == 0) scratch.row_rs[first_warp] = rs;
   }
   __syncthreads();  // rs is published; `partial` is free for the next row
-  return row_rs[warp / warps];
+  return scratch.row_rs[first_warp];
 }
 
 // CTAs per SM the kernel is built for: two 512-thread CTAs (at most 64 registers a thread) for
@@ -291,12 +326,6 @@ __device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W
 // holds several.
 template <typename T, bool kResidual, class Source>
 constexpr int kRmsCtasPerSm = sizeof(T) == 2 && !std::is_same_v<Source, Mxfp4Source> ? 2 : 1;
-
-// The shared memory of an RMSNorm CTA besides its staged weights (stage_weights).
-struct RmsRowScratch {
-  float partial[kRmsMaxRowThreads / 32];
-  float row_rs[kRmsMaxRowThreads / 32];
-};
 
 // Where this thread's span of row row0 + (its row in the CTA's group) lies: its first element's
 // offset in x, and how many of its kRmsSpan elements the row holds (0 past the last row).
@@ -350,7 +379,7 @@ __device__ __forceinline__ float span_rms_inverse(const RmsNormArgs<T, W>& args,
   float v[kRmsSpan];
 #pragma unroll
   for (int g = 0; g < kRmsSpan / 8; ++g) widen8<T>(h[g], v + 8 * g);
-  return row_rms_inverse(pairwise_sum_of_squares(v), args, scratch.partial, scratch.row_rs);
+  return row_rms_inverse(pairwise_sum_of_squares(v), args, scratch);
 }
 
 // y of block b (kBlock elements) of this thread's span: (h * rs) * w.
@@ -384,10 +413,12 @@ __device__ __forceinline__ void prefetch_row_group(const RmsNormArgs<T, W>& args
 #endif
 }
 
-// y of this thread's span of a row (h, its rs), block by block into `sink` (and a test's copy).
+// y of this thread's span of a row (h, its rs), block by block into `sink`, and with
+// kMayStoreIntermediate into args.intermediate where a test asked for that copy (stores predicated
+// on the pointer still issue in every call, so calls without it run an instance without them).
 // With kXorSlots, slot g of h (and of the staged weights) holds the span's octet g ^ octet_xor
 // (rms_norm_rows_staged); without, they are in order and octet_xor is 0.
-template <bool kXorSlots, typename T, typename W, class Format, class Sink>
+template <bool kXorSlots, bool kMayStoreIntermediate, typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void put_span_blocks(const RmsNormArgs<T, W>& args, const RowSpan& span, const Vec8<T> (&h)[kRmsSpan / 8],
                                                 float rs, const Format& format, Sink& sink, const float4* staged_weights,
                                                 int octet_xor) {
@@ -409,7 +440,7 @@ __device__ __forceinline__ void put_span_blocks(const RmsNormArgs<T, W>& args, c
       } else {
         sink.put(format, first_block + block, y);
       }
-      if (args.intermediate != nullptr) {
+      if (kMayStoreIntermediate && args.intermediate != nullptr) {
 #pragma unroll
         for (int o = 0; o < kOctets; ++o) {
           store_intermediate<8>(args.intermediate + span.offset + 8 * ((b * kOctets + o) ^ octet_xor), y + 8 * o);
@@ -421,8 +452,9 @@ __device__ __forceinline__ void put_span_blocks(const RmsNormArgs<T, W>& args, c
 
 // A CTA's rows, normalized into `sink` block by block: rows in groups of blockDim.x / row_threads
 // per CTA, grid-stride. The weights are staged (stage_weights, then a barrier) and the format is
-// ready. With kResidual, h = x + residual is also stored to residual_out.
-template <bool kResidual, typename T, typename W, class Format, class Sink>
+// ready. With kResidual, h = x + residual is also stored to residual_out (put_span_blocks for
+// kMayStoreIntermediate).
+template <bool kResidual, bool kMayStoreIntermediate, typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
                                               const float4* staged_weights, RmsRowScratch& scratch) {
   const int rows_per_cta = blockDim.x / args.row_threads;
@@ -436,7 +468,7 @@ __device__ __forceinline__ void rms_norm_rows(const RmsNormArgs<T, W>& args, con
     Vec8<T> h[kRmsSpan / 8];
     load_row_span<kResidual>(args, span, h);
     const float rs = span_rms_inverse(args, h, scratch);
-    put_span_blocks<false>(args, span, h, rs, format, sink, staged_weights, 0);
+    put_span_blocks<false, kMayStoreIntermediate>(args, span, h, rs, format, sink, staged_weights, 0);
   }
 }
 
@@ -466,7 +498,7 @@ __device__ __forceinline__ void copy_row_group(const RmsNormArgs<T, W>& args, in
 // octets, and the 8 lanes 8 distinct bank groups.
 __device__ __forceinline__ int staged_octet_xor() { return (threadIdx.x >> 1) & 3; }
 
-template <typename T, typename W, class Format, class Sink>
+template <bool kMayStoreIntermediate, typename T, typename W, class Format, class Sink>
 __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& args, const Format& format, Sink& sink,
                                                      const float4* staged_weights, RmsRowScratch& scratch,
                                                      uint32_t stage, uint32_t full) {
@@ -493,7 +525,7 @@ __device__ __forceinline__ void rms_norm_rows_staged(const RmsNormArgs<T, W>& ar
     // node (addition commutes, bit for bit), so rs is the same.
     const float rs = span_rms_inverse(args, h, scratch);  // past its first barrier, the stage is free
     copy_row_group(args, row0 + row_step, rows_per_cta, stage, full);
-    put_span_blocks<true>(args, span, h, rs, format, sink, staged_weights, octet_xor);
+    put_span_blocks<true, kMayStoreIntermediate>(args, span, h, rs, format, sink, staged_weights, octet_xor);
   }
 }
 #endif
@@ -536,7 +568,11 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
       copy_row_group(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta, stage, full);
       // In the order the rows are read (staged_octet_xor); its barrier also publishes the mbarrier.
       stage_row_weights(args, staged_weights, staged_octet_xor());
-      rms_norm_rows_staged(args, format, sink, staged_weights, row_scratch, stage, full);
+      if (args.intermediate != nullptr) {
+        rms_norm_rows_staged<true>(args, format, sink, staged_weights, row_scratch, stage, full);
+      } else {
+        rms_norm_rows_staged<false>(args, format, sink, staged_weights, row_scratch, stage, full);
+      }
       sink.finish(scratch);
       return;
     }
@@ -544,7 +580,15 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual
 #endif
   prefetch_row_group<kResidual>(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta);
   stage_row_weights(args, staged_weights);
-  rms_norm_rows<kResidual>(args, format, sink, staged_weights, row_scratch);
+  if constexpr (kResidual) {
+    // One loop instance, its stores predicated: the residual kernel sits at its register bound,
+    // where a second instance changes ptxas' allocation of both.
+    rms_norm_rows<true, true>(args, format, sink, staged_weights, row_scratch);
+  } else if (args.intermediate != nullptr) {
+    rms_norm_rows<false, true>(args, format, sink, staged_weights, row_scratch);
+  } else {
+    rms_norm_rows<false, false>(args, format, sink, staged_weights, row_scratch);
+  }
   sink.finish(scratch);
 }
 
@@ -604,7 +648,9 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
         normalized_block<kBlock>(h, b, rs, staged_weights, y);
       }
       sink.put(format, static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock) + b, y);
-      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
+      if (kMayStoreIntermediate && args.intermediate != nullptr) {
+        store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
+      }
     }
   }
 }
