@@ -648,9 +648,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
         normalized_block<kBlock>(h, b, rs, staged_weights, y);
       }
       sink.put(format, static_cast<int64_t>(static_cast<uint64_t>(span.offset) / kBlock) + b, y);
-      if (kMayStoreIntermediate && args.intermediate != nullptr) {
-        store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
-      }
+      if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
     }
   }
 }
