@@ -596,14 +596,16 @@ MANY_ROW_GROUPS = [(target, rows, hidden) for target in ("nvfp4-float", "nvfp4-c
                    if not (target.startswith("mxfp4") and hidden % 32)]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("target", "rows", "hidden"), MANY_ROW_GROUPS)
 @pytest.mark.parametrize("device", DEVICES)
-def test_rms_norm_many_row_groups_per_cta(device, target, rows, hidden, dtype):
+def test_rms_norm_many_row_groups_per_cta(device, target, rows, hidden, dtype, layout):
     """The op's bytes are reference.rms_norm_quantize's for every row, however many row groups each
-    CTA takes in turn (on the CPU, which has no grid, a few rows of the same widths)."""
+    CTA takes in turn (on the CPU, which has no grid, a few rows of the same widths), with either
+    scale layout."""
     needs_kernel(device, "rms_norm_quantize")
-    t = make_target(target, device)
+    t = make_target(target, device, layout)
     x, weight = op_input("rms_norm_quantize", (rows if device == "cuda" else 5, hidden), dtype, device)
     out = run_rms(x, weight, t, intermediate=False)
     want = reference.rms_norm_quantize(x, weight, 1e-6, None, **t.kwargs())  # no residual: q alone
