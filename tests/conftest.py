@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -60,6 +63,26 @@ def load_tool(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def extension_binary() -> Path | None:
+    """The built extension's shared object (AOT, or the JIT build's), or None where none is built."""
+    if fp4ops.BUILD == "aot":
+        return Path(importlib.import_module("fp4ops._C").__file__)
+    from torch.utils.cpp_extension import _get_build_directory
+
+    built = list(Path(_get_build_directory("fp4ops_jit", verbose=False)).glob("fp4ops_jit*.so"))
+    return built[0] if built else None
+
+
+def built_cubin_archs() -> set[str] | None:
+    """The cubin architectures of the built extension (e.g. {"sm_90a", "sm_100a"}), or None where
+    cuobjdump or the binary cannot be found."""
+    cuobjdump, binary = load_tool("sass_loops").find_tool("cuobjdump"), extension_binary()
+    if cuobjdump is None or binary is None:
+        return None
+    out = subprocess.run([cuobjdump, "--list-elf", str(binary)], capture_output=True, text=True).stdout
+    return set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out))
 
 
 def cuda_has_kernel(op_name: str) -> bool:

@@ -1,6 +1,7 @@
 """fp4ops.linear (y = x W^T + bias with FP4 weights) against the float64 reference within SPEC 5's
 bound, and its promises: leading dimensions, strides, swizzled scales, empty batches, determinism,
-rows independent of the batch (CUDA: up to 64 rows, or any count with batch_invariant=True), NaN
+rows independent of the batch (CUDA: up to 64 rows, 128 on the warpgroup MMA, or any count with
+batch_invariant=True), NaN
 confined to its row or column, torch.compile without a recompile per row count, CUDA graphs.
 The >2^31-byte weight is in test_huge.py, the op's opcheck samples in test_opcheck.py and the
 bad inputs in bad_inputs.py."""
@@ -11,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import assert_exact, requires_caching_allocator, requires_cuda, same_bits
+from conftest import HAS_CUDA, assert_exact, built_cubin_archs, requires_caching_allocator, requires_cuda, same_bits
 
 import fp4ops
 from fp4ops import reference
@@ -20,8 +21,9 @@ DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
 FORMATS = ["nvfp4", "mxfp4"]
 X_KINDS = ["bfloat16", "float16", "fp4"]
 OUT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
-# Row counts around the CUDA dispatch (the kernel family's 8-row tiles and its 64-row crossover).
-ROW_COUNTS = [0, 1, 2, 3, 7, 8, 9, 16, 31, 33, 64, 65, 130]
+# Row counts around the CUDA dispatch (the kernel family's 8-row tiles and its crossover at 64
+# rows, or 128 on the warpgroup MMA).
+ROW_COUNTS = [0, 1, 2, 3, 7, 8, 9, 16, 31, 33, 64, 65, 128, 130]
 # (N, K): N not a multiple of 16 (40, 24), K a multiple of 128 (the tensor-core kernels) or not
 # (96, 160: the CUDA op's fallback).
 SHAPES = [(40, 128), (64, 256), (48, 1024), (16, 4096), (40, 96), (24, 160), (130, 512)]
@@ -57,12 +59,21 @@ def to_device(t, device: str):
     return dataclasses.replace(t, **{k: v.to(device) for k, v in fields.items() if isinstance(v, torch.Tensor)})
 
 
+def kernel_family_rows() -> int:
+    """Rows up to which a CUDA call runs the kernel family without batch_invariant: 128 on compute
+    capability 9.0 from a build with an sm_90a cubin (the warpgroup MMA), else 64 (also where the
+    build's cubins cannot be listed: then a call of 65-128 rows is held to the looser bound of the
+    dequantize path, which the kernel family's results also meet)."""
+    archs = built_cubin_archs() if HAS_CUDA and torch.cuda.get_device_capability() == (9, 0) else None
+    return 128 if archs and "sm_90a" in archs else 64
+
+
 def dequantize_path_dtype(device: str, x, out_dtype: torch.dtype, batch_invariant: bool = False):
     """The 16-bit dtype the CUDA op's dequantize + cuBLAS path rounds its operands to (docs/SPEC.md
-    5.1), or None where the call runs the kernel family (K a multiple of 128 with at most 64 rows,
-    or batch_invariant) or on the CPU."""
+    5.1), or None where the call runs the kernel family (K a multiple of 128 with at most
+    kernel_family_rows() rows, or batch_invariant) or on the CPU."""
     rows, k = x.shape[:-1].numel(), x.shape[-1]
-    if device != "cuda" or rows == 0 or (k % 128 == 0 and (rows <= 64 or batch_invariant)):
+    if device != "cuda" or rows == 0 or (k % 128 == 0 and (rows <= kernel_family_rows() or batch_invariant)):
         return None
     if isinstance(x, torch.Tensor):
         return x.dtype
@@ -259,14 +270,32 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
     assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
 
 
+@requires_cuda
+@pytest.mark.parametrize("x_kind", ["bfloat16", "float16", "fp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("n", "k"), [(72, 1024), (1024, 4096)])
+def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
+    """Where the warpgroup MMA serves them (kernel_family_rows() == 128), 65-128 rows run the kernel
+    family in one row chunk of 16 column tiles: every row of every batch bitwise equals its one-row
+    call (1024 x 4096: K ranges, several CTAs a column), and the first rows are within SPEC 5's bound."""
+    if kernel_family_rows() != 128:
+        pytest.skip("65-128 rows run the kernel family only on the warpgroup MMA (compute capability 9.0, sm_90a)")
+    w = weight(fmt, n, k, "cuda")
+    pool = activations(x_kind, fmt, (128, k), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(128)])
+    for m in (65, 66, 72, 97, 120, 127, 128):
+        assert_rows_match_single_calls(w, pool, singles, m)
+    assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_batch_invariant_above_64_rows(device, fmt, x_kind):
     w = weight(fmt, 72, 1024, device)
-    pool = activations(x_kind, fmt, (200, 1024), device)
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
-    for m in (65, 100, 200):
+    pool = activations(x_kind, fmt, (300, 1024), device)
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(300)])
+    for m in (65, 100, 129, 200, 300):  # row chunks of 64, or of 128 on the warpgroup MMA
         assert_rows_match_single_calls(w, pool, singles, m, batch_invariant=True)
 
 

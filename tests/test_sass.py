@@ -3,7 +3,6 @@ the Blackwell cubins use the hardware E2M1 conversions, the Hopper one no fp64 e
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import subprocess
@@ -13,19 +12,10 @@ import pytest
 import torch
 
 import fp4ops
-from conftest import load_tool
+from conftest import built_cubin_archs, extension_binary, load_tool
 
 
 find_tool = load_tool("sass_loops").find_tool
-
-
-def extension_binary() -> Path | None:
-    if fp4ops.BUILD == "aot":
-        return Path(importlib.import_module("fp4ops._C").__file__)
-    from torch.utils.cpp_extension import _get_build_directory
-
-    built = list(Path(_get_build_directory("fp4ops_jit", verbose=False)).glob("fp4ops_jit*.so"))
-    return built[0] if built else None
 
 
 CUOBJDUMP = find_tool("cuobjdump")
@@ -38,8 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def cubin_archs() -> set[str]:
-    out = subprocess.run([CUOBJDUMP, "--list-elf", str(BINARY)], capture_output=True, text=True).stdout
-    return set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out))
+    return built_cubin_archs() or set()
 
 
 def sass_by_function(arch: str) -> dict[str, str]:

@@ -1,13 +1,14 @@
 // Launcher for fp4ops.linear: checks, device guard, current stream, and the dispatch between the
-// tensor-core kernel family (linear_mma.cuh; on Hopper at 17-64 rows: linear_wgmma.cuh) and
+// tensor-core kernel family (linear_mma.cuh; on Hopper at 17-128 rows: linear_wgmma.cuh) and
 // dequantize + cuBLAS.
 //
-// Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x, and
-// any number of rows when the caller asks for batch invariance, run the kernel family (more rows:
-// one CTA row-chunk of 64 per blockIdx.z, the weight read once per chunk; small grids split fewer
-// rows into chunks too: linear_column_tiles); above that, and for K
-// not a multiple of 128, the weight is dequantized and multiplied by cuBLAS (dequantize + F.linear):
-// past 64 rows the family reads the weight once per 64 rows while cuBLAS reads it once.
+// Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x
+// (kLinearWgmmaMaxTokens where the warpgroup MMA serves them), and any number of rows when the caller
+// asks for batch invariance, run the kernel family (more rows: one CTA row-chunk of that many per
+// blockIdx.z, the weight read and decoded once per chunk; small grids split fewer rows into chunks
+// too: linear_column_tiles); above that, and for K not a multiple of 128, the weight is dequantized
+// and multiplied by cuBLAS (dequantize + F.linear): past a chunk the family decodes the weight once
+// per chunk while cuBLAS reads it once.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
@@ -66,11 +67,14 @@ int linear_splits(int64_t n, int64_t steps) {
   return static_cast<int>(splits);
 }
 
-// Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them.
-int column_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : 8; }
+// Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them,
+// at most max_tiles (8, or 16 on the warpgroup MMA).
+int column_tiles(int64_t rows, int max_tiles) {
+  return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <= 32 ? 4 : rows <= 64 || max_tiles == 8 ? 8 : 16;
+}
 
-// Column tiles per CTA for M rows of x: column_tiles(M) (8 past kLinearMaxTokens, the rest in
-// further row chunks), except that small grids split 33-64 rows into two row chunks of 4 tiles
+// Column tiles per CTA for M rows of x: column_tiles(M, max_tiles) (max_tiles past 8 max_tiles
+// rows, the rest in further row chunks), except that small grids split 33-64 rows into two row chunks of 4 tiles
 // (gridDim.z), each with x resident where it fits. Each chunk reads the weight (the second read
 // mostly from L2: the chunks' CTAs run together) and decodes it, but the grid has twice the warps,
 // and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B operands. Where it
@@ -78,10 +82,10 @@ int column_tiles(int64_t rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : rows <=
 // kFewWarpsPerSm warps of 16 weight rows per SM, with K ranges of at least kLongRangeSteps steps
 // (shorter ranges pay the second chunk's staging and ring fill for little work). The summation
 // order does not depend on the rows, so neither does any row's result.
-int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps) {
+int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, int max_tiles) {
   constexpr int64_t kFewWarpsPerSm = 6;
   constexpr int kLongRangeSteps = 8;
-  const int tiles = column_tiles(m);
+  const int tiles = column_tiles(m, max_tiles);
   if (tiles != 8 || m > kLinearMaxTokens) return tiles;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t warps = (n + kLinearTileRows - 1) / kLinearTileRows * splits;
@@ -100,7 +104,7 @@ void with_column_tiles(int tiles, Fn&& fn) {
 }
 
 // Whether the warpgroup-MMA kernels (linear_wgmma.cuh) serve `column_tiles`
-// tiles per CTA: 4 or 8 (17-64 rows), on compute capability 9.0, from a build with an sm_90a pass
+// tiles per CTA: 4, 8 or 16 (17-128 rows), on compute capability 9.0, from a build with an sm_90a pass
 // (csrc/common/arch.h). They add the same products in the same order as the mma.sync kernels, so
 // the choice changes no bits. With 2 tiles (9-16 rows) they measured slower: one wgmma of 16 columns
 // costs a warpgroup about what its four warps' mma.sync cost (docs/performance.md, "Linear:
@@ -250,6 +254,7 @@ void launch_wgmma(LinearArgs args, int column_tiles, const at::TensorOptions& op
   }
   args.x = x_image.const_data_ptr();
   const bool resident = tokens <= 32 && resident_x_fits(tokens, args.range_steps);
+  if (column_tiles == 16) return launch_wgmma_kernel<Format, DenseT, 16, false>(args, stream, device);
   if (column_tiles == 8) return launch_wgmma_kernel<Format, DenseT, 8, false>(args, stream, device);
   if (resident) return launch_wgmma_kernel<Format, DenseT, 4, true>(args, stream, device);
   launch_wgmma_kernel<Format, DenseT, 4, false>(args, stream, device);
@@ -348,8 +353,10 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const LaunchDevice launch_device(x.device());
   const int64_t m = x.size(0), n = w_data.size(0), k = w_data.size(1) * 2;
   constexpr int64_t kMaxRowChunks = 65535;  // gridDim.z
-  const bool on_kernels = k % kLinearStepElems == 0 &&
-                          (m <= kLinearMaxTokens || (batch_invariant && m <= kMaxRowChunks * kLinearMaxTokens));
+  const int device = x.get_device();
+  const int max_tiles = linear_wgmma(16, device) ? kLinearWgmmaMaxTokens / 8 : kLinearMaxTokens / 8;
+  const int64_t max_tokens = 8 * max_tiles;
+  const bool on_kernels = k % kLinearStepElems == 0 && (m <= max_tokens || (batch_invariant && m <= kMaxRowChunks * max_tokens));
   if (!on_kernels && m > 0 && n > 0) {
     return linear_dequantized(x, x_scales, x_global_scale, w_data, w_scales, w_global_scale, bias, out_dtype);
   }
@@ -382,9 +389,8 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   args.range_steps = static_cast<int>((steps + splits - 1) / splits);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const int device = x.get_device();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  const int tiles = linear_column_tiles(m, n, splits, args.range_steps);
+  const int tiles = linear_column_tiles(m, n, splits, args.range_steps, max_tiles);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;
     if (x_scales.has_value()) return launch_mma<Format, uint8_t>(args, tiles, x.options(), stream, device);

@@ -48,6 +48,7 @@ constexpr int kLinearStepElems = 128;  // K per pipeline step: 4 units of 32 ele
 constexpr int kLinearTileRows = 16;    // weight rows per warp: the MMA's M
 constexpr int kLinearStages = 4;       // ring depth: 3 steps in flight
 constexpr int kLinearMaxTokens = 64;   // rows of x per CTA (8 column tiles)
+constexpr int kLinearWgmmaMaxTokens = 128;  // on the warpgroup MMA (linear_wgmma.cuh: 16 column tiles)
 
 enum class LinearBias : int { kNone = 0, kFloat = 1, kHalf = 2, kBFloat16 = 3 };
 enum class LinearOut : int { kFloat = 0, kHalf = 1, kBFloat16 = 2 };

@@ -1,5 +1,5 @@
-// The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a): the calls whose CTAs take 32 or 64
-// rows of x (linear.cu, linear_wgmma), dense x (fp16/bf16, or FP4 x decoded once per call into it).
+// The linear kernels on Hopper's warpgroup MMA (wgmma, sm_90a): the calls whose CTAs take 32, 64 or
+// 128 rows of x (linear.cu, linear_wgmma), dense x (fp16/bf16, or FP4 x decoded once per call into it).
 //
 // Each warp decodes its 16 weight rows into exactly the A fragments of linear_mma.cuh's prescaled
 // path (same ring, same decode, same prescaling) and hands them to the warpgroup's MMAs, which read the
@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(256) linear_decode_x_image_kernel(const uint32
 // stage (or one for resident x).
 template <class FormatT, typename XT, int kNt, bool kResident>
 struct LinearWgmmaLayout {
-  static_assert((kNt == 4 || kNt == 8) && (!kResident || kNt == 4), "32 rows (resident or not) or 64 (staged per step)");
+  static_assert((kNt == 4 || kNt == 8 || kNt == 16) && (!kResident || kNt == 4),
+                "32 rows (resident or not), 64 or 128 (staged per step)");
   using Format = FormatT;
   using XType = XT;
   using MmaT = XT;
@@ -265,12 +266,17 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
 #endif
 }
 
+// CTAs per SM a wgmma kernel is built for: two, except with 128 rows, whose 64 accumulators a
+// thread and 32 KB of x a stage leave room for one.
+template <int kNt>
+constexpr int kLinearWgmmaMinCtas = kNt == 16 ? 1 : 2;
+
 // linear_mma_kernel on the warpgroup MMA: x as an x image (dense, or decoded from FP4 x; NVFP4 x to
 // prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one or two warpgroups.
 // Only launched on compute capability 9.0 from a build with an sm_90a pass (csrc/common/arch.h);
 // elsewhere its body traps.
 template <class Format, typename XT, int kNt, bool kResident>
-__global__ void __launch_bounds__(256, 2) linear_wgmma_kernel(LinearArgs args) {
+__global__ void __launch_bounds__(256, kLinearWgmmaMinCtas<kNt>) linear_wgmma_kernel(LinearArgs args) {
 #if defined(FP4OPS_HW_WGMMA)
   using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
   extern __shared__ __align__(1024) uint8_t smem_1k[];
