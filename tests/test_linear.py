@@ -1,7 +1,7 @@
 """fp4ops.linear (y = x W^T + bias with FP4 weights) against the float64 reference within SPEC 5's
 bound, and its promises: leading dimensions, strides, swizzled scales, empty batches, determinism,
-rows independent of the batch (CUDA: up to 64 rows, 128 on the warpgroup MMA, or any count with
-batch_invariant=True), NaN
+rows independent of the batch (CUDA: up to 64 rows, 128 on the warpgroup MMA for large weights,
+or any count with batch_invariant=True), NaN
 confined to its row or column, torch.compile without a recompile per row count, CUDA graphs.
 The >2^31-byte weight is in test_huge.py, the op's opcheck samples in test_opcheck.py and the
 bad inputs in bad_inputs.py."""
@@ -22,7 +22,7 @@ FORMATS = ["nvfp4", "mxfp4"]
 X_KINDS = ["bfloat16", "float16", "fp4"]
 OUT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 # Row counts around the CUDA dispatch (the kernel family's 8-row tiles and its crossover at 64
-# rows, or 128 on the warpgroup MMA).
+# rows; these small weights stay at 64 on the warpgroup MMA too).
 ROW_COUNTS = [0, 1, 2, 3, 7, 8, 9, 16, 31, 33, 64, 65, 128, 130]
 # (N, K): N not a multiple of 16 (40, 24), K a multiple of 128 (the tensor-core kernels) or not
 # (96, 160: the CUDA op's fallback).
@@ -59,21 +59,41 @@ def to_device(t, device: str):
     return dataclasses.replace(t, **{k: v.to(device) for k, v in fields.items() if isinstance(v, torch.Tensor)})
 
 
-def kernel_family_rows() -> int:
-    """Rows up to which a CUDA call runs the kernel family without batch_invariant: 128 on compute
-    capability 9.0 from a build with an sm_90a cubin (the warpgroup MMA), else 64 (also where the
-    build's cubins cannot be listed: then a call of 65-128 rows is held to the looser bound of the
-    dequantize path, which the kernel family's results also meet)."""
+def warpgroup_mma_serves_128_rows() -> bool:
+    """Whether this GPU and build run 65-128 rows on the warpgroup MMA at all: compute capability
+    9.0 and an sm_90a cubin (False also where the build's cubins cannot be listed: then a call of
+    65-128 rows is held to the looser bound of the dequantize path, which the kernel family's
+    results also meet)."""
     archs = built_cubin_archs() if HAS_CUDA and torch.cuda.get_device_capability() == (9, 0) else None
-    return 128 if archs and "sm_90a" in archs else 64
+    return bool(archs and "sm_90a" in archs)
 
 
-def dequantize_path_dtype(device: str, x, out_dtype: torch.dtype, batch_invariant: bool = False):
+def one_cta_per_sm_grid_is_wide(n: int, k: int) -> bool:
+    """linear.cu's linear_max_column_tiles for (N, K): whether the 128-row kernel's grid (CTAs of
+    8 warps of 16 weight rows, times linear_splits' K ranges) is at least two waves of one CTA per SM."""
+    tiles, steps = -(-n // 16), k // 128
+    most = max(1, steps // 8)
+    if tiles * most < 512:
+        most = max(most, steps // 4)
+    splits = min(max(-(-4096 // tiles), 1), most)
+    splits = next((equal for equal in range(splits, most + 1) if steps % equal == 0), splits)
+    return -(-tiles // 8) * splits >= 2 * torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def kernel_family_rows(n: int, k: int) -> int:
+    """Rows up to which a CUDA call of an N x K weight runs the kernel family without
+    batch_invariant: 128 where the warpgroup MMA serves them and the grid is wide, else 64."""
+    return 128 if warpgroup_mma_serves_128_rows() and one_cta_per_sm_grid_is_wide(n, k) else 64
+
+
+def dequantize_path_dtype(device: str, x, w, out_dtype: torch.dtype, batch_invariant: bool = False):
     """The 16-bit dtype the CUDA op's dequantize + cuBLAS path rounds its operands to (docs/SPEC.md
     5.1), or None where the call runs the kernel family (K a multiple of 128 with at most
-    kernel_family_rows() rows, or batch_invariant) or on the CPU."""
+    kernel_family_rows(N, K) rows, or batch_invariant) or on the CPU."""
     rows, k = x.shape[:-1].numel(), x.shape[-1]
-    if device != "cuda" or rows == 0 or (k % 128 == 0 and (rows <= kernel_family_rows() or batch_invariant)):
+    if device != "cuda" or rows == 0:
+        return None
+    if k % 128 == 0 and (batch_invariant or rows <= kernel_family_rows(w.shape[0], k)):
         return None
     if isinstance(x, torch.Tensor):
         return x.dtype
@@ -84,7 +104,7 @@ def assert_within_bound(y: torch.Tensor, x, w, bias, out_dtype: torch.dtype, dev
     """SPEC 5's bound against the float64 product of the dequantized operands, the bias counted as
     one more product (plus the dequantize path's rounding where the CUDA call takes it); and not
     all zero, so a kernel writing nothing cannot pass."""
-    rounded_to = dequantize_path_dtype(device, x, out_dtype)
+    rounded_to = dequantize_path_dtype(device, x, w, out_dtype)
     x, w, bias = to_device(x, "cpu"), to_device(w, "cpu"), to_device(bias, "cpu")
     ref = reference.linear_float64(x, w, bias)
     bound = reference.linear_error_bound(x, w, bias, out_dtype, rounded_to)
@@ -273,18 +293,21 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
 @requires_cuda
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("n", "k"), [(72, 1024), (1024, 4096)])
-def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
-    """Where the warpgroup MMA serves them (kernel_family_rows() == 128), 65-128 rows run the kernel
-    family in one row chunk of 16 column tiles: every row of every batch bitwise equals its one-row
-    call (1024 x 4096: K ranges, several CTAs a column), and the first rows are within SPEC 5's bound."""
-    if kernel_family_rows() != 128:
+def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(fmt, x_kind):
+    """16384 x 4096 (4 K ranges: 512 CTAs of 8 warps, at least two waves on any GPU up to 256
+    SMs), where the warpgroup MMA serves 65-128 rows in one row chunk of 16 column tiles, and
+    batch_invariant more rows in chunks of 128: every row of every batch bitwise equals its one-row
+    call, and the first rows are within SPEC 5's bound."""
+    n, k = 16384, 4096
+    if kernel_family_rows(n, k) != 128:
         pytest.skip("65-128 rows run the kernel family only on the warpgroup MMA (compute capability 9.0, sm_90a)")
     w = weight(fmt, n, k, "cuda")
-    pool = activations(x_kind, fmt, (128, k), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(128)])
+    pool = activations(x_kind, fmt, (200, k), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
     for m in (65, 66, 72, 97, 120, 127, 128):
         assert_rows_match_single_calls(w, pool, singles, m)
+    for m in (129, 200):
+        assert_rows_match_single_calls(w, pool, singles, m, batch_invariant=True)
     assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
 
 
@@ -293,9 +316,9 @@ def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_batch_invariant_above_64_rows(device, fmt, x_kind):
     w = weight(fmt, 72, 1024, device)
-    pool = activations(x_kind, fmt, (300, 1024), device)
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(300)])
-    for m in (65, 100, 129, 200, 300):  # row chunks of 64, or of 128 on the warpgroup MMA
+    pool = activations(x_kind, fmt, (200, 1024), device)
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
+    for m in (65, 100, 200):
         assert_rows_match_single_calls(w, pool, singles, m, batch_invariant=True)
 
 

@@ -119,6 +119,20 @@ bool linear_wgmma(int column_tiles, int device) {
 #endif
 }
 
+// Column tiles a CTA row chunk takes at most: 16 (128 rows, one CTA per SM) on the warpgroup MMA
+// where that grid, one row chunk of it, fills the SMs at least kMinWaves times; else 8 (64 rows).
+// Smaller grids leave one CTA on most SMs, with nothing to hide its x staging and ring fill behind,
+// and measured slower at 65-128 rows than dequantize + cuBLAS, which they would replace
+// (docs/performance.md, "Linear: dispatch and bounds"). A function of N, K and the GPU only; the
+// chunk's size changes no bits (the summation order never depends on the rows).
+int linear_max_column_tiles(int64_t n, int splits, int device) {
+  constexpr int64_t kMinWaves = 2;
+  const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
+  const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
+  const bool wide = linear_wgmma(16, device) && eight_warp_ctas(tiles, splits, 1) >= kMinWaves * sms;
+  return (wide ? kLinearWgmmaMaxTokens : kLinearMaxTokens) / 8;
+}
+
 // Resident x (LinearLayout::kXResident) where a CTA's row chunk of dense x has at most 32 rows and
 // their K range (with the zeroed row that the column tiles' rows past M read) fits kResidentXBytes:
 // next to a ring of 36 KB for 8 warps, two CTAs still fit an SM (228 KB, 1 KB of it reserved per
@@ -354,7 +368,9 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const int64_t m = x.size(0), n = w_data.size(0), k = w_data.size(1) * 2;
   constexpr int64_t kMaxRowChunks = 65535;  // gridDim.z
   const int device = x.get_device();
-  const int max_tiles = linear_wgmma(16, device) ? kLinearWgmmaMaxTokens / 8 : kLinearMaxTokens / 8;
+  const int64_t steps = k / kLinearStepElems;
+  const int splits = linear_splits(n, steps);
+  const int max_tiles = linear_max_column_tiles(n, splits, device);
   const int64_t max_tokens = 8 * max_tiles;
   const bool on_kernels = k % kLinearStepElems == 0 && (m <= max_tokens || (batch_invariant && m <= kMaxRowChunks * max_tokens));
   if (!on_kernels && m > 0 && n > 0) {
@@ -368,8 +384,6 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const at::Tensor wg = w_global_scale ? w_global_scale->reshape({}).contiguous() : at::Tensor();
   const at::Tensor xg = x_global_scale ? x_global_scale->reshape({}).contiguous() : at::Tensor();
   const at::Tensor bb = bias ? bias->contiguous() : at::Tensor();
-  const int64_t steps = k / kLinearStepElems;
-  const int splits = linear_splits(n, steps);
   at::Tensor partials = splits > 1 ? at::empty({splits, m, n}, x.options().dtype(at::kFloat)) : at::Tensor();
 
   LinearArgs args{};
