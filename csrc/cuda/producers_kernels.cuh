@@ -327,6 +327,12 @@ __device__ __forceinline__ float row_rms_inverse(float s, const RmsNormArgs<T, W
 template <typename T, bool kResidual, class Source>
 constexpr int kRmsCtasPerSm = sizeof(T) == 2 && !std::is_same_v<Source, Mxfp4Source> ? 2 : 1;
 
+// The two-launch kernel's own bound: as kRmsCtasPerSm, except that the residual kernel (16-bit x,
+// NVFP4, two inputs and two outputs a row) is built for one CTA per SM, where it keeps its row
+// loop out of local memory (at 64 registers it spills). The one-launch kernels keep kRmsCtasPerSm.
+template <typename T, bool kResidual, class Source>
+constexpr int kRmsRowsCtasPerSm = kResidual ? 1 : kRmsCtasPerSm<T, kResidual, Source>;
+
 // Where this thread's span of row row0 + (its row in the CTA's group) lies: its first element's
 // offset in x, and how many of its kRmsSpan elements the row holds (0 past the last row).
 struct RowSpan {
@@ -544,7 +550,7 @@ __device__ __forceinline__ void stage_row_weights(const RmsNormArgs<T, W>& args,
 // first pass of NVFP4 with its own g, which also writes the new residual; its second pass runs
 // this kernel on that residual without one).
 template <typename T, typename W, bool kResidual, class Source, class ScaleIndex>
-__global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsCtasPerSm<T, kResidual, Source>)) rms_norm_quantize_kernel(
+__global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResidual, Source>)) rms_norm_quantize_kernel(
     RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
   extern __shared__ float4 staged_weights[];
