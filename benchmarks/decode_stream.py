@@ -4,15 +4,18 @@
     python -m benchmarks.decode_stream --rows 1 4 16 64 --shapes 4096,4096 14336,4096
     python -m benchmarks.decode_stream --llama-only           # the Llama-3.1-8B stack, tokens/s
     python -m benchmarks.decode_stream --fp4-only ...         # the FP4 layers alone (A/Bs of kernels)
+    python -m benchmarks.decode_stream --batch-invariant ...  # FP4Linear(batch_invariant=True) throughout
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, called back to back in one CUDA graph with no flush between layers; the time
 per layer is a graph replay's median over the layer count. Implementations, each on the same x:
 - `bf16`: F.linear with the weight in x's dtype (cuBLAS), the layer a serving engine would
   otherwise run;
-- `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count; with
-  `--dtypes fp4` (W4A4), `fp4ops.linear` of x quantized to the weight's format once before the
-  graph (as a fused producer would hand it over), bf16 out, at the kernel family's rows (<= 64);
+- `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count (with
+  `--batch-invariant`, the kernel family in row chunks at every count: the price of reproducible
+  rows); with `--dtypes fp4` (W4A4), `fp4ops.linear` of x quantized to the weight's format once
+  before the graph (as a fused producer would hand it over), bf16 out, at the kernel family's rows
+  (<= 64);
 - `dequant`: dequantize the FP4 weight, then F.linear (the floor FP4 must never be slower than).
 The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
 At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
@@ -64,13 +67,15 @@ def layer_count(n: int, k: int, fmt: str, l2_bytes: int, minimum: int = 2) -> in
     return max(minimum, math.ceil(4 * l2_bytes / fp4_weight_bytes(n, k, fmt)))
 
 
-def make_layers(shapes: list[tuple[int, int]], copies: int, fmt: str, dtype: torch.dtype, device) -> tuple[list, list]:
+def make_layers(shapes: list[tuple[int, int]], copies: int, fmt: str, dtype: torch.dtype, device,
+                batch_invariant: bool = False) -> tuple[list, list]:
     """`copies` FP4Linear layers per shape, and the same weights in `dtype` for cuBLAS."""
     fp4_layers, dense_weights = [], []
     for _ in range(copies):
         for n, k in shapes:
             linear = torch.nn.Linear(k, n, bias=False, device=device, dtype=dtype)
             fp4_layers.append(FP4Linear.from_linear(linear, fmt))
+            fp4_layers[-1].batch_invariant = batch_invariant
             dense_weights.append(linear.weight.detach())
     return fp4_layers, dense_weights
 
@@ -80,7 +85,8 @@ def implementations(fp4_layers: list, dense_weights: list, fp4_x=None) -> dict:
     step's linears do not feed each other's shapes). fp4_x: the FP4 layers take it (W4A4) instead."""
     def run_fp4(x):
         if fp4_x is not None:
-            return [fp4ops.linear(fp4_x, layer.quantized_weight(), out_dtype=torch.bfloat16) for layer in fp4_layers]
+            return [fp4ops.linear(fp4_x, layer.quantized_weight(), out_dtype=torch.bfloat16,
+                                  batch_invariant=layer.batch_invariant) for layer in fp4_layers]
         return [layer(x) for layer in fp4_layers]
 
     def run_dense(x):
@@ -115,14 +121,15 @@ def target_for(rows: int) -> float | None:
     return next((goal for limit, goal in SPEEDUP_TARGETS if rows <= limit), None)
 
 
-def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_only: bool = False) -> list[dict]:
+def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_only: bool = False,
+                  batch_invariant: bool = False) -> list[dict]:
     """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines).
     fp4_only: time the FP4 layers alone (an A/B of kernels, whose baselines do not change)."""
     n, k = shape
     fp4_x = x_kind == "fp4"
     dtype = torch.bfloat16 if fp4_x else getattr(torch, x_kind)
     copies = layer_count(n, k, fmt, l2_bytes) if timer.cuda else 2
-    fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device)
+    fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device, batch_invariant)
     rows_out = []
     for rows in rows_list:
         x = torch.randn(rows, k, device=timer.device, dtype=dtype)
@@ -149,10 +156,10 @@ def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_
     return rows_out
 
 
-def measure_llama(fmt, dtype, rows_list, timer, fp4_only: bool = False) -> list[dict]:
+def measure_llama(fmt, dtype, rows_list, timer, fp4_only: bool = False, batch_invariant: bool = False) -> list[dict]:
     shapes = [(n, k) for _, n, k in LLAMA_8B_LINEARS]
     stack = LLAMA_STACK_LAYERS if timer.cuda else 1
-    fp4_layers, dense = make_layers(shapes, stack, fmt, dtype, timer.device)
+    fp4_layers, dense = make_layers(shapes, stack, fmt, dtype, timer.device, batch_invariant)
     out = []
     for rows in rows_list:
         # Each linear takes an x of its input width; the stack runs them in model order.
@@ -178,8 +185,9 @@ def cell(row: dict, key: str, spec: str, suffix: str = "") -> str:
 
 
 def markdown(result: dict) -> str:
+    invariant = " FP4Linear with batch_invariant=True." if result.get("batch_invariant") else ""
     lines = [f"# Decode stream: {result['banner_line']}", "",
-             "Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).", "",
+             f"Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).{invariant}", "",
              "| N x K | format | x | rows | FP4Linear us | bf16 us | dequant + linear us | vs bf16 | target | vs dequant | % of copy |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
@@ -254,6 +262,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-llama", action="store_true", help="skip the Llama-3.1-8B stack")
     p.add_argument("--fp4-only", action="store_true",
                    help="time the FP4 layers alone, not cuBLAS bf16 nor dequantize + F.linear (A/Bs of the kernels)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="FP4Linear(batch_invariant=True): the kernel family in row chunks at every row count")
     p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
@@ -268,7 +278,8 @@ def main(argv: list[str] | None = None) -> dict:
     tag = args.tag or (info["gpu"].split()[1].lower() if cuda and len(info["gpu"].split()) > 1 else device.type)
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = {"banner": info, "ceilings": ceilings, "banner_line": banner_line(info, ceilings), "rows": [], "llama": []}
+    result = {"banner": info, "ceilings": ceilings, "banner_line": banner_line(info, ceilings),
+              "batch_invariant": args.batch_invariant, "rows": [], "llama": []}
     print(result["banner_line"], flush=True)
     l2_bytes = info.get("l2_mb", 50) << 20
     json_path = out_dir / f"decode_{tag}.json"
@@ -278,14 +289,16 @@ def main(argv: list[str] | None = None) -> dict:
                 for x_kind in args.dtypes:
                     rows_here = [r for r in rows_list if r <= FP4_X_MAX_ROWS] if x_kind == "fp4" else rows_list
                     for shape in shapes:
-                        result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes, args.fp4_only)
+                        result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes, args.fp4_only,
+                                                        args.batch_invariant)
                         json_path.write_text(json.dumps(result, indent=1))
                         if cuda:
                             torch.cuda.empty_cache()
         if not args.no_llama:
             llama_dtype = next((getattr(torch, d) for d in args.dtypes if d != "fp4"), torch.bfloat16)
             for fmt in args.formats:
-                result["llama"] += measure_llama(fmt, llama_dtype, args.llama_rows if cuda else [1, 2], timer, args.fp4_only)
+                result["llama"] += measure_llama(fmt, llama_dtype, args.llama_rows if cuda else [1, 2], timer, args.fp4_only,
+                                                 args.batch_invariant)
     json_path.write_text(json.dumps(result, indent=1))
     (out_dir / f"decode_{tag}.md").write_text(markdown(result))
     plot(result, out_dir / f"decode_{tag}.png")

@@ -60,3 +60,21 @@ def test_fp4_only_times_the_fp4_layers_alone(tmp_path):
     assert row.endswith("| - | - | - | - | - | - |")
     assert "| nvfp4 | bfloat16 | 1 |" in text and text.rstrip().endswith("| - | - |")
     assert (tmp_path / "decode_test.png").stat().st_size > 0
+
+
+def test_batch_invariant_runs_every_fp4_layer_invariant(tmp_path, monkeypatch):
+    """--batch-invariant builds every FP4 layer with batch_invariant=True and says so in the table."""
+    built = []
+    original = decode_stream.make_layers
+
+    def recording_make_layers(*args, **kwargs):
+        layers = original(*args, **kwargs)
+        built.extend(layers[0])
+        return layers
+
+    monkeypatch.setattr(decode_stream, "make_layers", recording_make_layers)
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "65",
+                                 "--formats", "nvfp4", "--batch-invariant", "--tag", "test"])
+    assert result["batch_invariant"] and built and all(layer.batch_invariant for layer in built)
+    assert "batch_invariant=True" in (tmp_path / "decode_test.md").read_text()
+    assert result["rows"][0]["fp4_us"] > 0 and result["llama"]
