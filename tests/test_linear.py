@@ -1,6 +1,6 @@
 """fp4ops.linear (y = x W^T + bias with FP4 weights) against the float64 reference within SPEC 5's
 bound, and its promises: leading dimensions, strides, swizzled scales, empty batches, determinism,
-rows independent of the batch (CUDA: up to 64 rows, 128 on the warpgroup MMA for large weights,
+rows independent of the batch (CUDA: up to 64 rows, 128 on the warpgroup MMA for most weights,
 or any count with batch_invariant=True), NaN
 confined to its row or column, torch.compile without a recompile per row count, CUDA graphs.
 The >2^31-byte weight is in test_huge.py, the op's opcheck samples in test_opcheck.py and the
@@ -22,7 +22,7 @@ FORMATS = ["nvfp4", "mxfp4"]
 X_KINDS = ["bfloat16", "float16", "fp4"]
 OUT_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 # Row counts around the CUDA dispatch (the kernel family's 8-row tiles and its crossover at 64
-# rows; these small weights stay at 64 on the warpgroup MMA too).
+# rows, 128 on the warpgroup MMA).
 ROW_COUNTS = [0, 1, 2, 3, 7, 8, 9, 16, 31, 33, 64, 65, 128, 130]
 # (N, K): N not a multiple of 16 (40, 24), K a multiple of 128 (the tensor-core kernels) or not
 # (96, 160: the CUDA op's fallback).
@@ -68,22 +68,27 @@ def warpgroup_mma_serves_128_rows() -> bool:
     return bool(archs and "sm_90a" in archs)
 
 
-def one_cta_per_sm_grid_is_wide(n: int, k: int) -> bool:
-    """linear.cu's linear_max_column_tiles for (N, K): whether the 128-row kernel's grid (CTAs of
-    8 warps of 16 weight rows, times linear_splits' K ranges) is at least two waves of one CTA per SM."""
+def eight_warp_ctas(n: int, k: int, row_chunks: int) -> int:
+    """linear.cu's eight_warp_ctas for an N x K weight: CTAs of 8 warps of 16 weight rows, times
+    linear_splits' K ranges, times the row chunks."""
     tiles, steps = -(-n // 16), k // 128
     most = max(1, steps // 8)
     if tiles * most < 512:
         most = max(most, steps // 4)
     splits = min(max(-(-4096 // tiles), 1), most)
     splits = next((equal for equal in range(splits, most + 1) if steps % equal == 0), splits)
-    return -(-tiles // 8) * splits >= 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    return -(-tiles // 8) * splits * row_chunks
 
 
 def kernel_family_rows(n: int, k: int) -> int:
     """Rows up to which a CUDA call of an N x K weight runs the kernel family without
-    batch_invariant: 128 where the warpgroup MMA serves them and the grid is wide, else 64."""
-    return 128 if warpgroup_mma_serves_128_rows() and one_cta_per_sm_grid_is_wide(n, k) else 64
+    batch_invariant (linear.cu's linear_row_bounds): 128 where the warpgroup MMA serves them and
+    either one 128-row chunk's grid is two waves of one CTA per SM or two 64-row chunks fit one
+    wave of two; else 64."""
+    if not warpgroup_mma_serves_128_rows():
+        return 64
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return 128 if eight_warp_ctas(n, k, 1) >= 2 * sms or eight_warp_ctas(n, k, 2) <= 2 * sms else 64
 
 
 def dequantize_path_dtype(device: str, x, w, out_dtype: torch.dtype, batch_invariant: bool = False):
@@ -293,12 +298,12 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
 @requires_cuda
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(fmt, x_kind):
-    """16384 x 4096 (4 K ranges: 512 CTAs of 8 warps, at least two waves on any GPU up to 256
-    SMs), where the warpgroup MMA serves 65-128 rows in one row chunk of 16 column tiles, and
-    batch_invariant more rows in chunks of 128: every row of every batch bitwise equals its one-row
-    call, and the first rows are within SPEC 5's bound."""
-    n, k = 16384, 4096
+@pytest.mark.parametrize(("n", "k"), [(1024, 4096), (16384, 4096)])
+def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
+    """Where the warpgroup MMA serves 65-128 rows: 1024 x 4096 (8 K ranges: 64 CTAs of 8 warps a
+    chunk) in two row chunks of 8 column tiles, 16384 x 4096 (4 K ranges: 512 CTAs, two waves on any
+    GPU up to 256 SMs) in one chunk of 16, and with batch_invariant more rows in such chunks: every
+    row of every batch bitwise equals its one-row call, and the first rows are within SPEC 5's bound."""
     if kernel_family_rows(n, k) != 128:
         pytest.skip("65-128 rows run the kernel family only on the warpgroup MMA (compute capability 9.0, sm_90a)")
     w = weight(fmt, n, k, "cuda")

@@ -119,18 +119,30 @@ bool linear_wgmma(int column_tiles, int device) {
 #endif
 }
 
-// Column tiles a CTA row chunk takes at most: 16 (128 rows, one CTA per SM) on the warpgroup MMA
-// where that grid, one row chunk of it, fills the SMs at least kMinWaves times; else 8 (64 rows).
-// Smaller grids leave one CTA on most SMs, with nothing to hide its x staging and ring fill behind,
-// and measured slower at 65-128 rows than dequantize + cuBLAS, which they would replace
+// The kernel family's row bounds for an N x K weight: a CTA row chunk's column tiles at most
+// (chunk_tiles, 8 rows each) and the rows that a call without batch_invariant runs on the family
+// (family_rows; more go to dequantize + cuBLAS). On the warpgroup MMA, 65-128 rows run there too
+// where the family has a grid for them: one chunk of 16 tiles (one CTA per SM) where that grid fills
+// the SMs at least kMinWaves times, or two chunks of 8 tiles where both fit one wave of two CTAs an
+// SM (the second chunk's weight read mostly from L2, as the first's CTAs run beside it). Between
+// the two (e.g. 6144 x 4096) one chunk leaves one CTA on most SMs with nothing to hide its x staging
+// and ring fill behind, and two take a second wave: both measured slower than dequantize + cuBLAS
 // (docs/performance.md, "Linear: dispatch and bounds"). A function of N, K and the GPU only; the
-// chunk's size changes no bits (the summation order never depends on the rows).
-int linear_max_column_tiles(int64_t n, int splits, int device) {
+// chunks' size changes no bits (the summation order never depends on the rows).
+struct LinearRowBounds {
+  int chunk_tiles;
+  int64_t family_rows;
+};
+
+LinearRowBounds linear_row_bounds(int64_t n, int splits, int device) {
   constexpr int64_t kMinWaves = 2;
   const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
-  const bool wide = linear_wgmma(16, device) && eight_warp_ctas(tiles, splits, 1) >= kMinWaves * sms;
-  return (wide ? kLinearWgmmaMaxTokens : kLinearMaxTokens) / 8;
+  if (linear_wgmma(16, device) && eight_warp_ctas(tiles, splits, 1) >= kMinWaves * sms) {
+    return {kLinearWgmmaMaxTokens / 8, kLinearWgmmaMaxTokens};
+  }
+  const bool two_chunks_in_one_wave = linear_wgmma(8, device) && eight_warp_ctas(tiles, splits, 2) <= 2 * sms;
+  return {kLinearMaxTokens / 8, two_chunks_in_one_wave ? kLinearWgmmaMaxTokens : kLinearMaxTokens};
 }
 
 // Resident x (LinearLayout::kXResident) where a CTA's row chunk of dense x has at most 32 rows and
@@ -370,9 +382,10 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const int device = x.get_device();
   const int64_t steps = k / kLinearStepElems;
   const int splits = linear_splits(n, steps);
-  const int max_tiles = linear_max_column_tiles(n, splits, device);
-  const int64_t max_tokens = 8 * max_tiles;
-  const bool on_kernels = k % kLinearStepElems == 0 && (m <= max_tokens || (batch_invariant && m <= kMaxRowChunks * max_tokens));
+  const LinearRowBounds bounds = linear_row_bounds(n, splits, device);
+  const int max_tiles = bounds.chunk_tiles;
+  const bool on_kernels = k % kLinearStepElems == 0 &&
+                          (m <= bounds.family_rows || (batch_invariant && m <= kMaxRowChunks * 8 * max_tiles));
   if (!on_kernels && m > 0 && n > 0) {
     return linear_dequantized(x, x_scales, x_global_scale, w_data, w_scales, w_global_scale, bias, out_dtype);
   }
