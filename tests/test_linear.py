@@ -68,27 +68,33 @@ def warpgroup_mma_serves_128_rows() -> bool:
     return bool(archs and "sm_90a" in archs)
 
 
-def eight_warp_ctas(n: int, k: int, row_chunks: int) -> int:
-    """linear.cu's eight_warp_ctas for an N x K weight: CTAs of 8 warps of 16 weight rows, times
-    linear_splits' K ranges, times the row chunks."""
+def linear_splits(n: int, k: int) -> int:
+    """linear.cu's linear_splits: the K ranges of an N x K weight."""
     tiles, steps = -(-n // 16), k // 128
     most = max(1, steps // 8)
     if tiles * most < 512:
         most = max(most, steps // 4)
     splits = min(max(-(-4096 // tiles), 1), most)
-    splits = next((equal for equal in range(splits, most + 1) if steps % equal == 0), splits)
-    return -(-tiles // 8) * splits * row_chunks
+    return next((equal for equal in range(splits, most + 1) if steps % equal == 0), splits)
+
+
+def eight_warp_ctas(n: int, k: int, row_chunks: int) -> int:
+    """linear.cu's eight_warp_ctas for an N x K weight: CTAs of 8 warps of 16 weight rows, times
+    the K ranges, times the row chunks."""
+    return -(-n // 128) * linear_splits(n, k) * row_chunks
 
 
 def kernel_family_rows(n: int, k: int) -> int:
     """Rows up to which a CUDA call of an N x K weight runs the kernel family without
     batch_invariant (linear.cu's linear_row_bounds): 128 where the warpgroup MMA serves them and
     either one 128-row chunk's grid is two waves of one CTA per SM or two 64-row chunks fit one
-    wave of two; else 64."""
+    wave of two with K ranges of at least 8 steps; else 64."""
     if not warpgroup_mma_serves_128_rows():
         return 64
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return 128 if eight_warp_ctas(n, k, 1) >= 2 * sms or eight_warp_ctas(n, k, 2) <= 2 * sms else 64
+    splits = linear_splits(n, k)
+    long_ranges = -(-(k // 128) // splits) >= 8
+    return 128 if eight_warp_ctas(n, k, 1) >= 2 * sms or (eight_warp_ctas(n, k, 2) <= 2 * sms and long_ranges) else 64
 
 
 def dequantize_path_dtype(device: str, x, w, out_dtype: torch.dtype, batch_invariant: bool = False):
@@ -298,10 +304,10 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
 @requires_cuda
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("n", "k"), [(1024, 4096), (16384, 4096)])
+@pytest.mark.parametrize(("n", "k"), [(1024, 8192), (16384, 4096)])
 def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
-    """Where the warpgroup MMA serves 65-128 rows: 1024 x 4096 (8 K ranges: 64 CTAs of 8 warps a
-    chunk) in two row chunks of 8 column tiles, 16384 x 4096 (4 K ranges: 512 CTAs, two waves on any
+    """Where the warpgroup MMA serves 65-128 rows: 1024 x 8192 (8 K ranges of 8 steps: 64 CTAs of
+    8 warps a chunk) in two row chunks of 8 column tiles, 16384 x 4096 (4 K ranges: 512 CTAs, two waves on any
     GPU up to 256 SMs) in one chunk of 16, and with batch_invariant more rows in such chunks: every
     row of every batch bitwise equals its one-row call, and the first rows are within SPEC 5's bound."""
     if kernel_family_rows(n, k) != 128:

@@ -67,6 +67,10 @@ int linear_splits(int64_t n, int64_t steps) {
   return static_cast<int>(splits);
 }
 
+// K range steps at least for a second row chunk of the same weight: shorter ranges pay each
+// chunk's x staging and ring fill for little work.
+constexpr int kLongRangeSteps = 8;
+
 // Column tiles of 8 rows per CTA for `rows` rows of x: the smallest power of two that holds them,
 // at most max_tiles (8, or 16 on the warpgroup MMA).
 int column_tiles(int64_t rows, int max_tiles) {
@@ -84,7 +88,6 @@ int column_tiles(int64_t rows, int max_tiles) {
 // order does not depend on the rows, so neither does any row's result.
 int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, int max_tiles) {
   constexpr int64_t kFewWarpsPerSm = 6;
-  constexpr int kLongRangeSteps = 8;
   const int tiles = column_tiles(m, max_tiles);
   if (tiles != 8 || m > kLinearMaxTokens) return tiles;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
@@ -124,7 +127,9 @@ bool linear_wgmma(int column_tiles, int device) {
 // (family_rows; more go to dequantize + cuBLAS). On the warpgroup MMA, 65-128 rows run there too
 // where the family has a grid for them: one chunk of 16 tiles (one CTA per SM) where that grid fills
 // the SMs at least kMinWaves times, or two chunks of 8 tiles where both fit one wave of two CTAs an
-// SM (the second chunk's weight read mostly from L2, as the first's CTAs run beside it). Between
+// SM with K ranges of at least kLongRangeSteps steps (the second chunk's weight read mostly from
+// L2, as the first's CTAs run beside it; shorter ranges pay each chunk's staging and ring fill for
+// little work). Between
 // the two (e.g. 6144 x 4096) one chunk leaves one CTA on most SMs with nothing to hide its x staging
 // and ring fill behind, and two take a second wave: both measured slower than dequantize + cuBLAS
 // (docs/performance.md, "Linear: dispatch and bounds"). A function of N, K and the GPU only; the
@@ -134,14 +139,15 @@ struct LinearRowBounds {
   int64_t family_rows;
 };
 
-LinearRowBounds linear_row_bounds(int64_t n, int splits, int device) {
+LinearRowBounds linear_row_bounds(int64_t n, int splits, int range_steps, int device) {
   constexpr int64_t kMinWaves = 2;
   const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
   if (linear_wgmma(16, device) && eight_warp_ctas(tiles, splits, 1) >= kMinWaves * sms) {
     return {kLinearWgmmaMaxTokens / 8, kLinearWgmmaMaxTokens};
   }
-  const bool two_chunks_in_one_wave = linear_wgmma(8, device) && eight_warp_ctas(tiles, splits, 2) <= 2 * sms;
+  const bool two_chunks_in_one_wave =
+      linear_wgmma(8, device) && eight_warp_ctas(tiles, splits, 2) <= 2 * sms && range_steps >= kLongRangeSteps;
   return {kLinearMaxTokens / 8, two_chunks_in_one_wave ? kLinearWgmmaMaxTokens : kLinearMaxTokens};
 }
 
@@ -382,7 +388,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const int device = x.get_device();
   const int64_t steps = k / kLinearStepElems;
   const int splits = linear_splits(n, steps);
-  const LinearRowBounds bounds = linear_row_bounds(n, splits, device);
+  const LinearRowBounds bounds = linear_row_bounds(n, splits, static_cast<int>((steps + splits - 1) / splits), device);
   const int max_tiles = bounds.chunk_tiles;
   const bool on_kernels = k % kLinearStepElems == 0 &&
                           (m <= bounds.family_rows || (batch_invariant && m <= kMaxRowChunks * 8 * max_tiles));
