@@ -21,7 +21,7 @@ class FP4Linear(nn.Module):
     """y = x W^T + b with W in NVFP4 or MXFP4. Inference only (no backward).
 
     An fp16/bf16 input of any shape [..., in_features] goes through fp4ops.linear in its own dtype
-    (the bias added inside, one rounding): on CUDA up to 64 rows (128 on Hopper for large weights)
+    (the bias added inside, one rounding): on CUDA up to 64 rows (128 on Hopper for most weights)
     run the tensor-core kernel family (in_features a multiple of 128), which reads the weight in its
     4-bit form and gives each row
     the same bits whatever the other rows are; more rows dequantize the weight for a cuBLAS
