@@ -2,13 +2,13 @@
 // tensor-core kernel family (linear_mma.cuh; on Hopper at 17-128 rows: linear_wgmma.cuh) and
 // dequantize + cuBLAS.
 //
-// Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x
-// (kLinearWgmmaMaxTokens where the warpgroup MMA serves them), and any number of rows when the caller
-// asks for batch invariance, run the kernel family (more rows: one CTA row-chunk of that many per
-// blockIdx.z, the weight read and decoded once per chunk; small grids split fewer rows into chunks
-// too: linear_column_tiles); above that, and for K not a multiple of 128, the weight is dequantized
-// and multiplied by cuBLAS (dequantize + F.linear): past a chunk the family decodes the weight once
-// per chunk while cuBLAS reads it once.
+// Rule (docs/performance.md, "Linear: dispatch and bounds"): up to kLinearMaxTokens rows of x (128
+// on the warpgroup MMA where its grids suit them: linear_row_bounds), and any number of rows when the
+// caller asks for batch invariance, run the kernel family (more rows: one CTA row chunk of 64 or 128
+// per blockIdx.z, the weight read and decoded once per chunk; small grids split fewer rows into
+// chunks too: linear_column_tiles); above that, and for K not a multiple of 128, the weight is
+// dequantized and multiplied by cuBLAS (dequantize + F.linear): past a chunk the family decodes the
+// weight once per chunk while cuBLAS reads it once.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
@@ -78,14 +78,14 @@ int column_tiles(int64_t rows, int max_tiles) {
 }
 
 // Column tiles per CTA for M rows of x: column_tiles(M, max_tiles) (max_tiles past 8 max_tiles
-// rows, the rest in further row chunks), except that small grids split 33-64 rows into two row chunks of 4 tiles
-// (gridDim.z), each with x resident where it fits. Each chunk reads the weight (the second read
-// mostly from L2: the chunks' CTAs run together) and decodes it, but the grid has twice the warps,
-// and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B operands. Where it
-// pays (docs/performance.md, "Linear: dispatch and bounds"): where the one-chunk grid has under
-// kFewWarpsPerSm warps of 16 weight rows per SM, with K ranges of at least kLongRangeSteps steps
-// (shorter ranges pay the second chunk's staging and ring fill for little work). The summation
-// order does not depend on the rows, so neither does any row's result.
+// rows, the rest in further row chunks), except that small grids split 33-64 rows into two row
+// chunks of 4 tiles (gridDim.z), each with x resident where it fits. Each chunk reads the weight
+// (the second read mostly from L2: the chunks' CTAs run together) and decodes it, but the grid has
+// twice the warps, and the 4-tile kernel spends fewer instructions per weight byte on the MMAs' B
+// operands. Where it pays (docs/performance.md, "Linear: dispatch and bounds"): where the one-chunk
+// grid has under kFewWarpsPerSm warps of 16 weight rows per SM, with K ranges of at least
+// kLongRangeSteps steps (shorter ranges pay the second chunk's staging and ring fill for little
+// work). The summation order does not depend on the rows, so neither does any row's result.
 int linear_column_tiles(int64_t m, int64_t n, int splits, int range_steps, int max_tiles) {
   constexpr int64_t kFewWarpsPerSm = 6;
   const int tiles = column_tiles(m, max_tiles);
