@@ -1,14 +1,15 @@
 """fp4ops.linear (y = x W^T + bias with FP4 weights) against the float64 reference within SPEC 5's
 bound, and its promises: leading dimensions, strides, swizzled scales, empty batches, determinism,
 rows independent of the batch (CUDA: up to 64 rows, 128 on the warpgroup MMA for most weights,
-or any count with batch_invariant=True), NaN
-confined to its row or column, torch.compile without a recompile per row count, CUDA graphs.
+or any count with batch_invariant=True), NaN confined to its row or column, torch.compile without
+a recompile per row count, CUDA graphs.
 The >2^31-byte weight is in test_huge.py, the op's opcheck samples in test_opcheck.py and the
 bad inputs in bad_inputs.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -59,6 +60,7 @@ def to_device(t, device: str):
     return dataclasses.replace(t, **{k: v.to(device) for k, v in fields.items() if isinstance(v, torch.Tensor)})
 
 
+@functools.cache
 def warpgroup_mma_serves_128_rows() -> bool:
     """Whether this GPU and build run 65-128 rows on the warpgroup MMA at all: compute capability
     9.0 and an sm_90a cubin (False also where the build's cubins cannot be listed: then a call of
@@ -307,9 +309,10 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
 @pytest.mark.parametrize(("n", "k"), [(1024, 8192), (16384, 4096)])
 def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
     """Where the warpgroup MMA serves 65-128 rows: 1024 x 8192 (8 K ranges of 8 steps: 64 CTAs of
-    8 warps a chunk) in two row chunks of 8 column tiles, 16384 x 4096 (4 K ranges: 512 CTAs, two waves on any
-    GPU up to 256 SMs) in one chunk of 16, and with batch_invariant more rows in such chunks: every
-    row of every batch bitwise equals its one-row call, and the first rows are within SPEC 5's bound."""
+    8 warps a chunk) in two row chunks of 8 column tiles, 16384 x 4096 (4 K ranges: 512 CTAs, two
+    waves on any GPU up to 256 SMs) in one chunk of 16, and with batch_invariant more rows in such
+    chunks: every row of every batch bitwise equals its one-row call, and the first rows are within
+    SPEC 5's bound."""
     if kernel_family_rows(n, k) != 128:
         pytest.skip("65-128 rows run the kernel family only on the warpgroup MMA (compute capability 9.0, sm_90a)")
     w = weight(fmt, n, k, "cuda")
