@@ -228,7 +228,8 @@ def plot(result: dict, path: pathlib.Path) -> None:
         left.hlines(goal, 1, limit, colors="gray", linestyles="dashed")
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set(xscale="log", xlabel="rows (tokens in the batch)", ylabel="speed-up over cuBLAS bf16",
-             title="FP4Linear per layer: median over the shapes, band: their range")
+             title="FP4Linear per layer" + (" (batch_invariant=True)" if result.get("batch_invariant") else "")
+             + ": median over the shapes, band: their range")
     if speedups:
         left.legend(fontsize=7)
     else:
