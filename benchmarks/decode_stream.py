@@ -228,8 +228,8 @@ def plot(result: dict, path: pathlib.Path) -> None:
         left.hlines(goal, 1, limit, colors="gray", linestyles="dashed")
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set(xscale="log", xlabel="rows (tokens in the batch)", ylabel="speed-up over cuBLAS bf16",
-             title="FP4Linear per layer" + (" (batch_invariant=True)" if result.get("batch_invariant") else "")
-             + ": median over the shapes, band: their range")
+             title="FP4Linear per layer: median over the shapes, band: their range"
+             + ("\n(batch_invariant=True)" if result.get("batch_invariant") else ""))
     if speedups:
         left.legend(fontsize=7)
     else:
@@ -244,6 +244,10 @@ def plot(result: dict, path: pathlib.Path) -> None:
     right.set(xscale="log", yscale="log", xlabel="batch", ylabel="tokens/s (linears only)", title="Llama-3.1-8B decode step")
     if result["llama"]:
         right.legend(fontsize=7)
+        # The batches timed, as plain numbers (a log axis over less than a decade labels its minor ticks).
+        batches = sorted({r["rows"] for r in result["llama"]})
+        right.set_xticks(batches, [str(b) for b in batches], minor=False)
+        right.set_xticks([], minor=True)
     fig.suptitle(result["banner_line"], fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
