@@ -35,6 +35,30 @@ def test_the_longest_backward_branch_over_a_tensor_core_instruction_is_the_loop(
     assert tool.main_loop(functions["_Z5otherv"]) is None  # a loop without tensor-core instructions
 
 
+COLD_RETRY = """
+        Function : _Z4waitv
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0020*/              @!P0 BRA 0x80 ;
+        /*0030*/                   HGMMA.64x128x16.F32.BF16 R24, R8, gdesc[UR8], R24 ;
+        /*0040*/               @P1 BRA 0x10 ;
+        /*0050*/                   STG.E desc[UR6][R4.64], R24 ;
+        /*0060*/                   EXIT ;
+        /*0070*/                   BRA 0x70 ;
+        /*0080*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0090*/              @!P0 BRA 0x80 ;
+        /*00a0*/                   BRA 0x30 ;
+"""
+
+
+def test_a_cold_retry_path_after_the_exit_is_not_the_loop():
+    """An mbarrier wait's retry placed after the last EXIT jumps back into the loop: its span from
+    0x30 to 0xa0 holds the loop's MMA but is not a loop; the loop is 0x10 .. 0x40."""
+    tool = load_tool("sass_loops")
+    body = tool.main_loop(tool.parse_functions(COLD_RETRY)["_Z4waitv"])
+    assert [tool.opcode(t) for t in body] == ["SYNCS.PHASECHK.TRANS64.TRYWAIT", "BRA", "HGMMA.64x128x16.F32.BF16", "BRA"]
+
+
 def extension_with_sm90a():
     tool = load_tool("sass_loops")
     cuobjdump = tool.find_tool("cuobjdump")
@@ -58,3 +82,15 @@ def test_linear_kernels_loops_hold_their_mma_count():
         name = next(k for k in found if f"__nv_bfloat16, {tiles}, false, false>" in k)
         assert found[name].kinds["HMMA"] == 8 * tiles
         assert found[name].instructions > found[name].kinds["HMMA"]
+
+
+def test_wgmma_kernels_loops_are_one_step_without_the_epilogue():
+    """One step of the warpgroup-MMA kernels, both formats: 8 m64nNk16 MMAs (four units, two
+    halves), whatever the column tiles, and no store of the sums (the epilogue) in the loop."""
+    tool, cuobjdump, binary = extension_with_sm90a()
+    found = tool.loops(binary, "sm_90a", ["linear_wgmma_kernel<fp4ops::", "__nv_bfloat16, "], cuobjdump)
+    assert {loop.kernel.split(", ")[2] for loop in found} >= {"4", "8", "16"}
+    assert {"Nvfp4Format", "Mxfp4Format"} <= {loop.kernel.split("<fp4ops::")[1].split(",")[0] for loop in found}
+    for loop in found:
+        assert loop.kinds["HGMMA"] == 8, loop.line()
+        assert loop.kinds["global stores"] == 0, loop.line()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 # Instruction kinds counted in each loop: name -> opcode prefixes.
 KINDS = {"HMMA": ("HMMA",), "HGMMA": ("HGMMA",), "shared loads": ("LDS", "LDSM"), "async copies": ("LDGSTS", "UBLKCP", "UTMALDG"),
-         "barriers": ("BAR", "SYNCS", "WARPSYNC")}
+         "barriers": ("BAR", "SYNCS", "WARPSYNC"), "global stores": ("STG",)}
 TENSOR_CORE = ("HMMA", "HGMMA")
 
 
@@ -81,10 +81,17 @@ def opcode(text: str) -> str:
 
 def main_loop(instructions: list[tuple[int, str]]) -> list[str] | None:
     """The longest backward branch's body (target to branch, inclusive) that holds a tensor-core
-    instruction, or None."""
+    instruction (a warpgroup MMA where the function has one: an MXFP4 wgmma kernel's outside pass
+    runs mma.sync after its main loop), or None. Branches placed after the function's last
+    unpredicated EXIT are left out: ptxas puts cold paths there (an mbarrier wait's retry, which
+    jumps back into the loop when it is done), and the span from their target to them covers the
+    epilogue, not a loop."""
     index = {address: i for i, (address, _) in enumerate(instructions)}
+    wanted = "HGMMA" if any(opcode(t).startswith("HGMMA") for _, t in instructions) else TENSOR_CORE
+    exits = [i for i, (_, text) in enumerate(instructions) if text.split()[:1] == ["EXIT"]]
+    end = exits[-1] if exits else len(instructions)
     best = None
-    for i, (address, text) in enumerate(instructions):
+    for i, (address, text) in enumerate(instructions[:end]):
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if not branch or opcode(text) != "BRA":
             continue
@@ -92,7 +99,7 @@ def main_loop(instructions: list[tuple[int, str]]) -> list[str] | None:
         if target >= address or target not in index:
             continue
         body = [t for _, t in instructions[index[target]: i + 1]]
-        if any(opcode(t).startswith(TENSOR_CORE) for t in body) and (best is None or len(body) > len(best)):
+        if any(opcode(t).startswith(wanted) for t in body) and (best is None or len(body) > len(best)):
             best = body
     return best
 
