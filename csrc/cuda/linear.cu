@@ -125,15 +125,15 @@ bool linear_wgmma(int column_tiles, int device) {
 // The kernel family's row bounds for an N x K weight: a CTA row chunk's column tiles at most
 // (chunk_tiles, 8 rows each) and the rows that a call without batch_invariant runs on the family
 // (family_rows; more go to dequantize + cuBLAS). On the warpgroup MMA, 65-128 rows run there too
-// where the family has a grid for them: one chunk of 16 tiles (one CTA per SM) where that grid fills
-// the SMs at least kMinWaves times, or two chunks of 8 tiles where both fit one wave of two CTAs an
-// SM with K ranges of at least kLongRangeSteps steps (the second chunk's weight read mostly from
-// L2, as the first's CTAs run beside it; shorter ranges pay each chunk's staging and ring fill for
-// little work). Between
-// the two (e.g. 6144 x 4096) one chunk leaves one CTA on most SMs with nothing to hide its x staging
-// and ring fill behind, and two take a second wave: both measured slower than dequantize + cuBLAS
-// (docs/performance.md, "Linear: dispatch and bounds"). A function of N, K and the GPU only; the
-// chunks' size changes no bits (the summation order never depends on the rows).
+// where the family has a grid for them: one chunk of 16 tiles (one CTA per SM) where that grid
+// fills the SMs at least kMinWaves times, or two chunks of 8 tiles where both fit one wave of two
+// CTAs an SM with K ranges of at least kLongRangeSteps steps (the second chunk's weight read mostly
+// from L2, as the first's CTAs run beside it; shorter ranges pay each chunk's staging and ring fill
+// for little work). Between the two (e.g. 6144 x 4096) one chunk leaves one CTA on most SMs with
+// nothing to hide its x staging and ring fill behind, and two take a second wave: both measured
+// slower than dequantize + cuBLAS (docs/performance.md, "Linear: dispatch and bounds"). A function
+// of N, K and the GPU only; the chunks' size changes no bits (the summation order never depends on
+// the rows).
 struct LinearRowBounds {
   int chunk_tiles;
   int64_t family_rows;
