@@ -51,54 +51,35 @@ __device__ __forceinline__ void wgmma_wait() {
 template <typename T, int kNt>
 struct WgmmaM64K16;
 
+// The asm operands: column tile j's four accumulators, read and written (FP4OPS_WGMMA_D4: tiles j to
+// j + 3), then the A fragment, the B descriptor and the accumulate flag (always 1).
+#define FP4OPS_WGMMA_D(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define FP4OPS_WGMMA_D4(j) FP4OPS_WGMMA_D(j), FP4OPS_WGMMA_D(j + 1), FP4OPS_WGMMA_D(j + 2), FP4OPS_WGMMA_D(j + 3)
+#define FP4OPS_WGMMA_AB "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+
 #define FP4OPS_WGMMA_M64N32K16(TYPE) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" \
       "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, " \
       "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+      : FP4OPS_WGMMA_D4(0) \
+      : FP4OPS_WGMMA_AB)
 
 #define FP4OPS_WGMMA_M64N64K16(TYPE) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
       "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+      : FP4OPS_WGMMA_D4(0), FP4OPS_WGMMA_D4(4) \
+      : FP4OPS_WGMMA_AB)
 
 #define FP4OPS_WGMMA_M64N128K16(TYPE) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
       "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n" \
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
-        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
-        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
-        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
-        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
-        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
-        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+      : FP4OPS_WGMMA_D4(0), FP4OPS_WGMMA_D4(4), FP4OPS_WGMMA_D4(8), FP4OPS_WGMMA_D4(12) \
+      : FP4OPS_WGMMA_AB)
 
 template <typename T>
 struct WgmmaM64K16<T, 4> {
@@ -136,5 +117,8 @@ struct WgmmaM64K16<T, 16> {
 #undef FP4OPS_WGMMA_M64N32K16
 #undef FP4OPS_WGMMA_M64N64K16
 #undef FP4OPS_WGMMA_M64N128K16
+#undef FP4OPS_WGMMA_AB
+#undef FP4OPS_WGMMA_D4
+#undef FP4OPS_WGMMA_D
 
 }  // namespace fp4ops::cuda
