@@ -306,11 +306,13 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
 @requires_cuda
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("n", "k"), [(1024, 8192), (16384, 4096)])
+@pytest.mark.parametrize(("n", "k"), [(1024, 8192), (16384, 4096), (8192, 28672)])
 def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
     """Where the warpgroup MMA serves 65-128 rows: 1024 x 8192 (8 K ranges of 8 steps: 64 CTAs of
-    8 warps a chunk) in two row chunks of 8 column tiles, 16384 x 4096 (4 K ranges: 512 CTAs, two
-    waves on any GPU up to 256 SMs) in one chunk of 16, and with batch_invariant more rows in such
+    8 warps a chunk) in two row chunks of 8 column tiles; 16384 x 4096 (4 K ranges of 8 steps) and
+    8192 x 28672 (8 of 28 steps), 512 CTAs of 8 warps (two waves on any GPU up to 256 SMs), in one
+    chunk of 16, with NVFP4's CTAs of 12 or 8 warps as the GPU's SMs and the ranges decide (132
+    SMs: 12 for the short ranges, 8 for the long); and with batch_invariant more rows in such
     chunks: every row of every batch bitwise equals its one-row call, and the first rows are within
     SPEC 5's bound."""
     if kernel_family_rows(n, k) != 128:

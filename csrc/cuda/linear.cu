@@ -251,14 +251,32 @@ using XChunk = std::conditional_t<std::is_same_v<Format, Nvfp4Format>, Prescaled
 template <class Format>
 constexpr bool kDecodedXPrescaled = std::is_same_v<Format, Nvfp4Format>;
 
-// One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps), the
-// K ranges and row chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out.
+// Warps per CTA of a 128-row wgmma kernel built for three warpgroups (kLinearWgmmaMaxWarps: NVFP4),
+// 12 or 8, its CTAs one per SM either way. A 12-warp CTA shares each x stage's staging and its ring
+// fill among 1.5x the weight rows, and takes about 4/3 the time of an 8-warp one: less where the K
+// ranges are short (those shared costs weigh more), more where they are long. So 12 where 4 times
+// its grid's waves is under 3 times the 8-warp grid's, or equal with ranges of at most
+// kShortRangeSteps steps; else 8. Measurements: docs/performance.md, "Linear: dispatch and bounds".
+int linear_wgmma_128_row_warps(int64_t tiles, int splits, int64_t row_chunks, int range_steps, int device) {
+  constexpr int kShortRangeSteps = 16;
+  const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
+  const auto waves = [&](int warps) { return ((tiles + warps - 1) / warps * splits * row_chunks + sms - 1) / sms; };
+  const int64_t twelve = 4 * waves(12), eight = 3 * waves(8);
+  return twelve < eight || (twelve == eight && range_steps <= kShortRangeSteps) ? 12 : 8;
+}
+
+// One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps; two
+// or three where the kernel is built for three: linear_wgmma_128_row_warps), the K ranges and row
+// chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out. The warps per
+// CTA change no bits.
 template <class Format, typename XT, int kNt, bool kResident>
 void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device) {
   using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
   const auto kernel = linear_wgmma_kernel<Format, XT, kNt, kResident>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-  const int warps = linear_warps_per_cta(tiles, args.splits, row_chunks);
+  const int warps = kLinearWgmmaMaxWarps<Format, kNt> > 8
+                        ? linear_wgmma_128_row_warps(tiles, args.splits, row_chunks, args.range_steps, device)
+                        : linear_warps_per_cta(tiles, args.splits, row_chunks);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   const size_t smem = spreading_dynamic_smem(kernel, warps * 32, Layout::smem_bytes(warps, args.range_steps),
                                              static_cast<int64_t>(grid.x) * grid.y * grid.z, device);
@@ -388,7 +406,8 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const int device = x.get_device();
   const int64_t steps = k / kLinearStepElems;
   const int splits = linear_splits(n, steps);
-  const LinearRowBounds bounds = linear_row_bounds(n, splits, static_cast<int>((steps + splits - 1) / splits), device);
+  const int range_steps = static_cast<int>((steps + splits - 1) / splits);
+  const LinearRowBounds bounds = linear_row_bounds(n, splits, range_steps, device);
   const int max_tiles = bounds.chunk_tiles;
   const bool on_kernels = k % kLinearStepElems == 0 &&
                           (m <= bounds.family_rows || (batch_invariant && m <= kMaxRowChunks * 8 * max_tiles));
@@ -419,7 +438,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   args.out = out.mutable_data_ptr();
   args.out_type = out_type(out_dtype);
   args.prefetch_steps = linear_prefetch_steps(n, splits);
-  args.range_steps = static_cast<int>((steps + splits - 1) / splits);
+  args.range_steps = range_steps;
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;

@@ -271,12 +271,21 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
 template <int kNt>
 constexpr int kLinearWgmmaMinCtas = kNt == 16 ? 1 : 2;
 
+// Warps of a wgmma kernel's CTAs at most: 12 (three warpgroups) for 128 rows of x with NVFP4
+// weights, whose registers (about 130 a thread) leave room for them at one CTA per SM, so that
+// each 32 KB x stage can serve 192 weight rows and the SM has more warps to hide the MMAs' latency
+// behind (linear_wgmma_128_row_warps picks 12 or 8 for each grid); else 8 (MXFP4's 128-row kernel
+// needs more registers for its outside pass).
+template <class Format, int kNt>
+constexpr int kLinearWgmmaMaxWarps = kNt == 16 && std::is_same_v<Format, Nvfp4Format> ? 12 : 8;
+
 // linear_mma_kernel on the warpgroup MMA: x as an x image (dense, or decoded from FP4 x; NVFP4 x to
-// prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one or two warpgroups.
+// prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one to three warpgroups.
 // Only launched on compute capability 9.0 from a build with an sm_90a pass (csrc/common/arch.h);
 // elsewhere its body traps.
 template <class Format, typename XT, int kNt, bool kResident>
-__global__ void __launch_bounds__(256, kLinearWgmmaMinCtas<kNt>) linear_wgmma_kernel(LinearArgs args) {
+__global__ void __launch_bounds__(32 * kLinearWgmmaMaxWarps<Format, kNt>, kLinearWgmmaMinCtas<kNt>)
+    linear_wgmma_kernel(LinearArgs args) {
 #if defined(FP4OPS_HW_WGMMA)
   using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
   extern __shared__ __align__(1024) uint8_t smem_1k[];
