@@ -86,27 +86,29 @@ def eight_warp_ctas(n: int, k: int, row_chunks: int) -> int:
     return -(-n // 128) * linear_splits(n, k) * row_chunks
 
 
-def kernel_family_rows(n: int, k: int) -> int:
-    """Rows up to which a CUDA call of an N x K weight runs the kernel family without
-    batch_invariant (linear.cu's linear_row_bounds): 128 where the warpgroup MMA serves them and
-    either one 128-row chunk's grid is two waves of one CTA per SM or two 64-row chunks fit one
-    wave of two with K ranges of at least 8 steps; else 64."""
+def kernel_family_rows(n: int, k: int, fmt: str) -> int:
+    """Rows up to which a CUDA call of an N x K weight of format `fmt` runs the kernel family
+    without batch_invariant (linear.cu's linear_row_bounds): 128 where the warpgroup MMA serves
+    them and either one 128-row chunk's grid of 8-warp CTAs fills the SMs 1.5 times (NVFP4: once)
+    or two 64-row chunks fit one wave of two CTAs an SM with K ranges of at least 8 steps; else 64."""
     if not warpgroup_mma_serves_128_rows():
         return 64
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     splits = linear_splits(n, k)
     long_ranges = -(-(k // 128) // splits) >= 8
-    return 128 if eight_warp_ctas(n, k, 1) >= 2 * sms or (eight_warp_ctas(n, k, 2) <= 2 * sms and long_ranges) else 64
+    one_chunk = eight_warp_ctas(n, k, 1) >= sms if fmt == "nvfp4" else 2 * eight_warp_ctas(n, k, 1) >= 3 * sms
+    return 128 if one_chunk or (eight_warp_ctas(n, k, 2) <= 2 * sms and long_ranges) else 64
 
 
 def dequantize_path_dtype(device: str, x, w, out_dtype: torch.dtype, batch_invariant: bool = False):
     """The 16-bit dtype the CUDA op's dequantize + cuBLAS path rounds its operands to (docs/SPEC.md
     5.1), or None where the call runs the kernel family (K a multiple of 128 with at most
-    kernel_family_rows(N, K) rows, or batch_invariant) or on the CPU."""
+    kernel_family_rows(N, K, format) rows, or batch_invariant) or on the CPU."""
     rows, k = x.shape[:-1].numel(), x.shape[-1]
     if device != "cuda" or rows == 0:
         return None
-    if k % 128 == 0 and (batch_invariant or rows <= kernel_family_rows(w.shape[0], k)):
+    fmt = "nvfp4" if isinstance(w, fp4ops.NVFP4Tensor) else "mxfp4"
+    if k % 128 == 0 and (batch_invariant or rows <= kernel_family_rows(w.shape[0], k, fmt)):
         return None
     if isinstance(x, torch.Tensor):
         return x.dtype
@@ -306,16 +308,17 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
 @requires_cuda
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("n", "k"), [(1024, 8192), (16384, 4096), (8192, 28672)])
+@pytest.mark.parametrize(("n", "k"), [(1024, 8192), (6144, 4096), (16384, 4096), (8192, 28672)])
 def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n, k, fmt, x_kind):
     """Where the warpgroup MMA serves 65-128 rows: 1024 x 8192 (8 K ranges of 8 steps: 64 CTAs of
     8 warps a chunk) in two row chunks of 8 column tiles; 16384 x 4096 (4 K ranges of 8 steps) and
     8192 x 28672 (8 of 28 steps), 512 CTAs of 8 warps (two waves on any GPU up to 256 SMs), in one
     chunk of 16, with NVFP4's CTAs of 12 or 8 warps as the GPU's SMs and the ranges decide (132
-    SMs: 12 for the short ranges, 8 for the long); and with batch_invariant more rows in such
-    chunks: every row of every batch bitwise equals its one-row call, and the first rows are within
-    SPEC 5's bound."""
-    if kernel_family_rows(n, k) != 128:
+    SMs: 12 for the short ranges, 8 for the long); NVFP4 6144 x 4096 (192 CTAs of 8 warps) in one
+    chunk of 16 where its 12-warp grid fits one wave (132 SMs: 128 CTAs); and with batch_invariant
+    more rows in such chunks: every row of every batch bitwise equals its one-row call, and the
+    first rows are within SPEC 5's bound."""
+    if kernel_family_rows(n, k, fmt) != 128:
         pytest.skip("65-128 rows run the kernel family only on the warpgroup MMA (compute capability 9.0, sm_90a)")
     w = weight(fmt, n, k, "cuda")
     pool = activations(x_kind, fmt, (200, k), "cuda")
