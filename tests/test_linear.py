@@ -330,6 +330,24 @@ def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n
     assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
 
 
+@requires_cuda
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("n", "k"), [(1024, 4096), (4096, 4096), (5120, 4096), (6144, 4096), (8192, 4096)])
+def test_rows_past_the_bound_take_the_path_the_tests_expect(n, k, fmt):
+    """kernel_family_rows (this file's copy of linear.cu's linear_row_bounds, which the bounds of
+    the other tests rely on) against the op on this GPU: with fp32 out and bf16 x, the dequantize +
+    cuBLAS path returns bf16 values (docs/SPEC.md 5.1) where the kernel family's fp32 sums are not
+    all bf16 values, so each call shows which path it took. Shapes on both sides of every branch of
+    the rule on 132 SMs: 1024 x 4096 (4-step ranges), 4096^2 (two chunks), 5120 x 4096 and
+    6144 x 4096 (one wave of 12-warp CTAs for NVFP4; MXFP4 on dequantize), 8192 x 4096 (1.94 waves)."""
+    w = weight(fmt, n, k, "cuda")
+    bound = kernel_family_rows(n, k, fmt)
+    for m in (64, 65, 128, 129):
+        y = fp4ops.linear(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), w, out_dtype=torch.float32)
+        took_dequantize = bool((y == y.to(torch.bfloat16).float()).all())
+        assert took_dequantize == (m > bound), f"{m} rows: expected {'dequantize' if m > bound else 'the kernel family'}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("x_kind", ["bfloat16", "fp4"])
 @pytest.mark.parametrize("fmt", FORMATS)
