@@ -319,7 +319,8 @@ def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n
     more rows in such chunks: every row of every batch bitwise equals its one-row call, and the
     first rows are within SPEC 5's bound."""
     if kernel_family_rows(n, k, fmt) != 128:
-        pytest.skip("65-128 rows run the kernel family only on the warpgroup MMA (compute capability 9.0, sm_90a)")
+        pytest.skip("this weight's 65-128 rows do not run the kernel family here: it needs the warpgroup MMA "
+                    "(compute capability 9.0, sm_90a) and a grid that linear_row_bounds takes")
     w = weight(fmt, n, k, "cuda")
     pool = activations(x_kind, fmt, (200, k), "cuda")
     singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
