@@ -70,10 +70,10 @@ def linear(x, w, bias=None, *, out_dtype: torch.dtype | None = None, batch_invar
     graph serves every row count): for K a multiple of 128, up to 64 rows (128 on Hopper's
     warpgroup MMA for most weights, e.g. 4096 x 4096, 14336 x 4096, 6144 x 4096 in NVFP4 but not
     in MXFP4) run the tensor-core kernel family, whose result for each row does not depend on the
-    other rows; more rows dequantize W for a cuBLAS matmul unless batch_invariant=True, which keeps every row count on
-    the kernel family (in row chunks) so that each row's result never depends on the batch. Other
-    K always take the cuBLAS path. The CPU kernel computes every output alone and ignores
-    batch_invariant."""
+    other rows; more rows dequantize W for a cuBLAS matmul unless batch_invariant=True, which keeps
+    every row count on the kernel family (in row chunks) so that each row's result never depends on
+    the batch. Other K always take the cuBLAS path. The CPU kernel computes every output alone and
+    ignores batch_invariant."""
     if not isinstance(w, (NVFP4Tensor, MXFP4Tensor)):
         raise TypeError(f"w: expected an NVFP4Tensor or MXFP4Tensor, got {type(w).__name__}")
     check_quantized(w, "w")
