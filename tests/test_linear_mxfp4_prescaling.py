@@ -8,8 +8,8 @@ keep their factors. Here weights sit at the edges
 of both windows: codes 0..6 (bf16 subnormals; below fp16's window), single blocks at each window's
 first and last code and one past them, whole warps of rows above both, and an all-zero row; every
 result is checked against SPEC 5's bound (a step left out or added twice fails it), and every row
-of every batch of 1..64 rows bitwise against its one-row call, across the mma.sync and
-warpgroup-MMA kernels."""
+of every batch of 1..64 rows (65-160 where the warpgroup MMA takes 128-row chunks) bitwise
+against its one-row call, across the mma.sync and warpgroup-MMA kernels."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import requires_cuda
-from test_linear import assert_rows_match_single_calls, assert_within_bound, rows_of
+from test_linear import assert_rows_match_single_calls, assert_within_bound, kernel_family_rows, rows_of
 
 import fp4ops
 
@@ -77,6 +77,28 @@ def test_window_edges_rows_match_single_calls(n, k, x_dtype):
     singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
     for m in range(1, 65):
         assert_rows_match_single_calls(w, pool, singles, m)
+
+
+@requires_cuda
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+def test_window_edges_up_to_128_rows_on_the_warpgroup_mma(x_dtype):
+    """The edges at 65-128 rows, where the warpgroup MMA serves them in one chunk of 16 column
+    tiles (10240 x 8576: 560 CTAs of 8 warps, over 1.5 waves on any GPU up to 373 SMs), and past
+    128 rows with batch_invariant: within SPEC 5's bound, and each row bitwise its one-row call."""
+    n, k = 10240, 8576
+    if kernel_family_rows(n, k, "mxfp4") != 128:
+        pytest.skip("this weight's 65-128 rows do not run the kernel family here: it needs the warpgroup MMA "
+                    "(compute capability 9.0, sm_90a) and a grid that linear_row_bounds takes")
+    w = edge_weight(n, k)
+    pool = torch.randn(160, k, device="cuda", dtype=x_dtype)
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(160)])
+    for m in (65, 100, 128):
+        assert_rows_match_single_calls(w, pool, singles, m)
+    assert_rows_match_single_calls(w, pool, singles, 160, batch_invariant=True)
+    y = fp4ops.linear(pool[:128], w, out_dtype=torch.float32)
+    assert_within_bound(y[:4, :EDGE_ROWS], pool[:4], first_rows(w, EDGE_ROWS), None, torch.float32, "cuda")
+    big = y[:, OUTSIDE.start:OUTSIDE.stop].abs()
+    assert big.median() > 2.0**60 and not y[:, ZERO_ROW].any()
 
 
 @requires_cuda
