@@ -89,15 +89,14 @@ def eight_warp_ctas(n: int, k: int, row_chunks: int) -> int:
 def kernel_family_rows(n: int, k: int, fmt: str) -> int:
     """Rows up to which a CUDA call of an N x K weight of format `fmt` runs the kernel family
     without batch_invariant (linear.cu's linear_row_bounds): 128 where the warpgroup MMA serves
-    them and either one 128-row chunk's grid of 8-warp CTAs fills the SMs 1.5 times (NVFP4: once)
-    or two 64-row chunks fit one wave of two CTAs an SM with K ranges of at least 8 steps; else 64."""
+    them and either one 128-row chunk's grid of 8-warp CTAs fills the SMs once or two 64-row chunks
+    fit one wave of two CTAs an SM with K ranges of at least 8 steps; else 64 (either format)."""
     if not warpgroup_mma_serves_128_rows():
         return 64
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     splits = linear_splits(n, k)
     long_ranges = -(-(k // 128) // splits) >= 8
-    one_chunk = eight_warp_ctas(n, k, 1) >= sms if fmt == "nvfp4" else 2 * eight_warp_ctas(n, k, 1) >= 3 * sms
-    return 128 if one_chunk or (eight_warp_ctas(n, k, 2) <= 2 * sms and long_ranges) else 64
+    return 128 if eight_warp_ctas(n, k, 1) >= sms or (eight_warp_ctas(n, k, 2) <= 2 * sms and long_ranges) else 64
 
 
 def dequantize_path_dtype(device: str, x, w, out_dtype: torch.dtype, batch_invariant: bool = False):
@@ -314,7 +313,7 @@ def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n
     8 warps a chunk) in two row chunks of 8 column tiles; 16384 x 4096 (4 K ranges of 8 steps) and
     8192 x 28672 (8 of 28 steps), 512 CTAs of 8 warps (two waves on any GPU up to 256 SMs), in one
     chunk of 16, with NVFP4's CTAs of 12 or 8 warps as the GPU's SMs and the ranges decide (132
-    SMs: 12 for the short ranges, 8 for the long); NVFP4 6144 x 4096 (192 CTAs of 8 warps) in one
+    SMs: 12 for the short ranges, 8 for the long); 6144 x 4096 (192 CTAs of 8 warps) in one
     chunk of 16 where its 12-warp grid fits one wave (132 SMs: 128 CTAs); and with batch_invariant
     more rows in such chunks: every row of every batch bitwise equals its one-row call, and the
     first rows are within SPEC 5's bound."""
@@ -340,7 +339,7 @@ def test_rows_past_the_bound_take_the_path_the_tests_expect(n, k, fmt):
     cuBLAS path returns bf16 values (docs/SPEC.md 5.1) where the kernel family's fp32 sums are not
     all bf16 values, so each call shows which path it took. Shapes on both sides of every branch of
     the rule on 132 SMs: 1024 x 4096 (4-step ranges), 4096^2 (two chunks), 5120 x 4096 and
-    6144 x 4096 (one wave of 12-warp CTAs for NVFP4; MXFP4 on dequantize), 8192 x 4096 (1.94 waves)."""
+    6144 x 4096 (one wave of 12-warp CTAs), 8192 x 4096 (1.94 waves)."""
     w = weight(fmt, n, k, "cuda")
     bound = kernel_family_rows(n, k, fmt)
     for m in (64, 65, 128, 129):

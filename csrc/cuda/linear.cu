@@ -126,24 +126,22 @@ bool linear_wgmma(int column_tiles, int device) {
 // (chunk_tiles, 8 rows each) and the rows that a call without batch_invariant runs on the family
 // (family_rows; more go to dequantize + cuBLAS). On the warpgroup MMA, 65-128 rows run there too
 // where the family has a grid for them: one chunk of 16 tiles (one CTA per SM) where the grid of
-// 8-warp CTAs fills the SMs at least 1.5 times, or once for NVFP4, whose 128-row CTAs take 12 warps
-// where that saves a wave (linear_wgmma_128_row_warps); else two chunks of 8 tiles where both fit
+// 8-warp CTAs fills the SMs at least once (its 128-row CTAs take 12 warps where that saves a wave:
+// linear_wgmma_128_row_warps; below 1.5 waves always); else two chunks of 8 tiles where both fit
 // one wave of two CTAs an SM with K ranges of at least kLongRangeSteps steps (the second chunk's
 // weight read mostly from L2, as the first's CTAs run beside it; shorter ranges pay each chunk's
-// staging and ring fill for little work). Below those (e.g. MXFP4 6144 x 4096: 1.45 waves of one
-// CTA an SM, or two chunks of two) both measured slower than dequantize + cuBLAS
-// (docs/performance.md, "Linear: dispatch and bounds"). A function of N, K, the format and the GPU
+// staging and ring fill for little work). Below those both measured slower than dequantize +
+// cuBLAS (docs/performance.md, "Linear: dispatch and bounds"). A function of N, K and the GPU
 // only; the chunks' size changes no bits (the summation order never depends on the rows).
 struct LinearRowBounds {
   int chunk_tiles;
   int64_t family_rows;
 };
 
-LinearRowBounds linear_row_bounds(int64_t n, int splits, int range_steps, bool nvfp4, int device) {
+LinearRowBounds linear_row_bounds(int64_t n, int splits, int range_steps, int device) {
   const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
-  const int64_t ctas = eight_warp_ctas(tiles, splits, 1);
-  if (linear_wgmma(16, device) && (nvfp4 ? ctas >= sms : 2 * ctas >= 3 * sms)) {
+  if (linear_wgmma(16, device) && eight_warp_ctas(tiles, splits, 1) >= sms) {
     return {kLinearWgmmaMaxTokens / 8, kLinearWgmmaMaxTokens};
   }
   const bool two_chunks_in_one_wave =
@@ -251,7 +249,7 @@ using XChunk = std::conditional_t<std::is_same_v<Format, Nvfp4Format>, Prescaled
 template <class Format>
 constexpr bool kDecodedXPrescaled = std::is_same_v<Format, Nvfp4Format>;
 
-// Warps per CTA of a 128-row wgmma kernel built for three warpgroups (kLinearWgmmaMaxWarps: NVFP4),
+// Warps per CTA of a 128-row wgmma kernel built for three warpgroups (kLinearWgmmaMaxWarps),
 // 12 or 8, its CTAs one per SM either way. A 12-warp CTA shares each x stage's staging and its ring
 // fill among 1.5x the weight rows, and takes about 4/3 the time of an 8-warp one: less where the K
 // ranges are short (those shared costs weigh more), more where they are long. So 12 where 4 times
@@ -407,8 +405,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   const int64_t steps = k / kLinearStepElems;
   const int splits = linear_splits(n, steps);
   const int range_steps = static_cast<int>((steps + splits - 1) / splits);
-  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  const LinearRowBounds bounds = linear_row_bounds(n, splits, range_steps, nvfp4, device);
+  const LinearRowBounds bounds = linear_row_bounds(n, splits, range_steps, device);
   const int max_tiles = bounds.chunk_tiles;
   const bool on_kernels = k % kLinearStepElems == 0 &&
                           (m <= bounds.family_rows || (batch_invariant && m <= kMaxRowChunks * 8 * max_tiles));
@@ -442,6 +439,7 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   args.range_steps = range_steps;
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
   const int tiles = linear_column_tiles(m, n, splits, args.range_steps, max_tiles);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;

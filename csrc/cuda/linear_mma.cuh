@@ -648,6 +648,9 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
       }
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
+        // At 16 column tiles, one tile at a time: else the compiler hoists every tile's B loads
+        // above the first MMA, 64 registers more than the main loop needs (the kernel's count).
+        if constexpr (kNt == 16) asm volatile("" ::: "memory");
         const Regs4 b = dense_b(step, j, u);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16<MmaT>(d, {a0.reg[0], a1.reg[0], a0.reg[1], a1.reg[1]}, b.reg[0], b.reg[1]);

@@ -271,13 +271,13 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
 template <int kNt>
 constexpr int kLinearWgmmaMinCtas = kNt == 16 ? 1 : 2;
 
-// Warps of a wgmma kernel's CTAs at most: 12 (three warpgroups) for 128 rows of x with NVFP4
-// weights, whose registers (about 130 a thread) leave room for them at one CTA per SM, so that
-// each 32 KB x stage can serve 192 weight rows and the SM has more warps to hide the MMAs' latency
-// behind (linear_wgmma_128_row_warps picks 12 or 8 for each grid); else 8 (MXFP4's 128-row kernel
-// needs more registers for its outside pass).
+// Warps of a wgmma kernel's CTAs at most: 12 (three warpgroups) for 128 rows of x, whose
+// registers (about 130 a thread for NVFP4; 168 for MXFP4, whose outside pass takes a column tile
+// at a time) leave room for them at one CTA per SM, so that each 32 KB x stage can serve 192 weight
+// rows and the SM has more warps to hide the MMAs' latency behind (linear_wgmma_128_row_warps picks
+// 12 or 8 for each grid); else 8.
 template <class Format, int kNt>
-constexpr int kLinearWgmmaMaxWarps = kNt == 16 && std::is_same_v<Format, Nvfp4Format> ? 12 : 8;
+constexpr int kLinearWgmmaMaxWarps = kNt == 16 ? 12 : 8;
 
 // linear_mma_kernel on the warpgroup MMA: x as an x image (dense, or decoded from FP4 x; NVFP4 x to
 // prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one to three warpgroups.
