@@ -45,12 +45,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
-// d += a b for n = 8 kNt columns, kNt = 4, 8 or 16: one m64nNk16 instruction of element type T (bf16
-// or fp16) with fp32 accumulators, the accumulate predicate always set. The PTX differs between
-// the element types only in their names (TYPE in the macros below).
-template <typename T, int kNt>
-struct WgmmaM64K16;
-
 // The asm operands: column tile j's four accumulators, read and written (FP4OPS_WGMMA_D4: tiles j to
 // j + 3), then the A fragment, the B descriptor and the accumulate flag (always 1).
 #define FP4OPS_WGMMA_D(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
@@ -81,39 +75,32 @@ struct WgmmaM64K16;
       : FP4OPS_WGMMA_D4(0), FP4OPS_WGMMA_D4(4), FP4OPS_WGMMA_D4(8), FP4OPS_WGMMA_D4(12) \
       : FP4OPS_WGMMA_AB)
 
-template <typename T>
-struct WgmmaM64K16<T, 4> {
-  static __device__ __forceinline__ void run(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      FP4OPS_WGMMA_M64N32K16("bf16");
+// The instruction of one shape (SHAPE: one of the macros above) for T's element type.
+#define FP4OPS_WGMMA_OF_TYPE(SHAPE) \
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) { \
+    SHAPE("bf16"); \
+  } else { \
+    SHAPE("f16"); \
+  }
+
+// d += a b for n = 8 kNt columns, kNt = 4, 8 or 16: one m64nNk16 instruction of element type T (bf16
+// or fp16) with fp32 accumulators, the accumulate predicate always set. The PTX differs between
+// the element types only in their names (TYPE in the macros below).
+template <typename T, int kNt>
+struct WgmmaM64K16 {
+  static_assert(kNt == 4 || kNt == 8 || kNt == 16, "wgmma tiles of 4, 8 or 16 column tiles only");
+  static __device__ __forceinline__ void run(float (&d)[kNt][4], const uint32_t (&a)[4], uint64_t b) {
+    if constexpr (kNt == 4) {
+      FP4OPS_WGMMA_OF_TYPE(FP4OPS_WGMMA_M64N32K16)
+    } else if constexpr (kNt == 8) {
+      FP4OPS_WGMMA_OF_TYPE(FP4OPS_WGMMA_M64N64K16)
     } else {
-      FP4OPS_WGMMA_M64N32K16("f16");
+      FP4OPS_WGMMA_OF_TYPE(FP4OPS_WGMMA_M64N128K16)
     }
   }
 };
 
-template <typename T>
-struct WgmmaM64K16<T, 8> {
-  static __device__ __forceinline__ void run(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      FP4OPS_WGMMA_M64N64K16("bf16");
-    } else {
-      FP4OPS_WGMMA_M64N64K16("f16");
-    }
-  }
-};
-
-template <typename T>
-struct WgmmaM64K16<T, 16> {
-  static __device__ __forceinline__ void run(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      FP4OPS_WGMMA_M64N128K16("bf16");
-    } else {
-      FP4OPS_WGMMA_M64N128K16("f16");
-    }
-  }
-};
-
+#undef FP4OPS_WGMMA_OF_TYPE
 #undef FP4OPS_WGMMA_M64N32K16
 #undef FP4OPS_WGMMA_M64N64K16
 #undef FP4OPS_WGMMA_M64N128K16
