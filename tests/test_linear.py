@@ -248,6 +248,26 @@ def test_deterministic(device, x_kind, m):
         assert same_bits(fp4ops.linear(x, w, out_dtype=torch.float32), first)
 
 
+@requires_cuda
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("n", [130, 1000])
+def test_k_range_partials_of_a_partial_last_tile(n, fmt):
+    """K = 4096 gives these weights several K ranges, whose partial sums the kernels store and a
+    second kernel adds: N = 130 and 1000 leave the last 16-row tile partly past N (stores that
+    must skip the rows past N), and 130 is no multiple of 4 (no row of the partials starts on a
+    16-byte boundary). Each row bitwise its one-row call at 1-64 rows (and 100 with
+    batch_invariant), within SPEC 5's bound at 64."""
+    k = 4096
+    w = weight(fmt, n, k, "cuda")
+    pool = activations("bfloat16", fmt, (100, k), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(100)])
+    for m in (2, 9, 17, 33, 64):
+        assert_rows_match_single_calls(w, pool, singles, m)
+    assert_rows_match_single_calls(w, pool, singles, 100, batch_invariant=True)
+    x = rows_of(pool, slice(0, 64))
+    assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
+
+
 def assert_rows_match_single_calls(w, pool, singles: torch.Tensor, m: int, **kwargs) -> None:
     """linear of m random rows of pool equals, row by row, the one-row results `singles`."""
     index = torch.randperm(singles.shape[0])[:m]
