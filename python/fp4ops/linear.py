@@ -68,8 +68,8 @@ def linear(x, w, bias=None, *, out_dtype: torch.dtype | None = None, batch_invar
 
     On CUDA the op picks its kernel from the row count itself (no branch here, so one compiled
     graph serves every row count): for K a multiple of 128, up to 64 rows (128 on Hopper's
-    warpgroup MMA for most weights, e.g. 4096 x 4096, 14336 x 4096, 6144 x 4096 in NVFP4 but not
-    in MXFP4) run the tensor-core kernel family, whose result for each row does not depend on the
+    warpgroup MMA for most weights, e.g. 4096 x 4096, 14336 x 4096, 6144 x 4096) run the
+    tensor-core kernel family, whose result for each row does not depend on the
     other rows; more rows dequantize W for a cuBLAS matmul unless batch_invariant=True, which keeps
     every row count on the kernel family (in row chunks) so that each row's result never depends on
     the batch. Other K always take the cuBLAS path. The CPU kernel computes every output alone and
