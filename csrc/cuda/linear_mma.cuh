@@ -649,7 +649,7 @@ __device__ __forceinline__ void linear_mxfp4_outside_pass(const LinearArgs& args
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
         // At 16 column tiles, one tile at a time: else the compiler hoists every tile's B loads
-        // above the first MMA, 64 registers more than the main loop needs (the kernel's count).
+        // above the first MMA, more registers than the main loop needs, and they set the kernel's.
         if constexpr (kNt == 16) asm volatile("" ::: "memory");
         const Regs4 b = dense_b(step, j, u);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
