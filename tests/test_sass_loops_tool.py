@@ -3,6 +3,10 @@ sm_90a build exist (no GPU needed), in the linear kernels' machine code."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from conftest import load_tool
@@ -57,6 +61,18 @@ def test_a_cold_retry_path_after_the_exit_is_not_the_loop():
     tool = load_tool("sass_loops")
     body = tool.main_loop(tool.parse_functions(COLD_RETRY)["_Z4waitv"])
     assert [tool.opcode(t) for t in body] == ["SYNCS.PHASECHK.TRANS64.TRYWAIT", "BRA", "HGMMA.64x128x16.F32.BF16", "BRA"]
+
+
+def test_a_binary_without_device_code_has_no_cubins_and_other_failures_raise():
+    """A CPU-only build's extension holds no device code, which cuobjdump reports by failing: that
+    is no cubins (so the SASS tests skip there), while a file it cannot read is still an error."""
+    tool = load_tool("sass_loops")
+    cuobjdump = tool.find_tool("cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("needs cuobjdump (CUDA toolkit or the nvidia-cuda-cuobjdump wheel)")
+    assert tool.cubin_archs(cuobjdump, Path(sys.executable).resolve()) == []
+    with pytest.raises(subprocess.CalledProcessError):
+        tool.cubin_archs(cuobjdump, Path(sys.executable).resolve().parent / "no-such-binary")
 
 
 def extension_with_sm90a():

@@ -113,8 +113,14 @@ def demangle(names: list[str]) -> dict[str, str]:
 
 
 def cubin_archs(cuobjdump: str, binary: Path) -> list[str]:
-    out = subprocess.run([cuobjdump, "--list-elf", str(binary)], capture_output=True, text=True, check=True).stdout
-    return sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out)))
+    """The architectures of `binary`'s cubins; none for a binary without device code (a CPU-only
+    build), which cuobjdump reports with a failing exit status. Any other failure raises."""
+    run = subprocess.run([cuobjdump, "--list-elf", str(binary)], capture_output=True, text=True)
+    if run.returncode != 0:
+        if "does not contain device code" in run.stdout + run.stderr:
+            return []
+        raise subprocess.CalledProcessError(run.returncode, run.args, run.stdout, run.stderr)
+    return sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", run.stdout)))
 
 
 def loops(binary: Path, arch: str, patterns: list[str], cuobjdump: str) -> list[Loop]:
