@@ -42,8 +42,18 @@ class Row:
 
 
 def sqnr_db(x: torch.Tensor, y: torch.Tensor) -> float:
-    x, y = x.double(), y.double()
-    return float(10 * torch.log10(x.square().sum() / (x - y).square().sum()))
+    """10 log10(sum x^2 / sum (x - y)^2), summed in float64: on the CPU slice by slice, so that the
+    float64 copies stay in the cache (whole-tensor copies took longer than quantizing the tensor);
+    on a GPU in one slice."""
+    slice_len = 1 << 16 if x.device.type == "cpu" else max(x.numel(), 1)
+    signal = torch.zeros((), dtype=torch.float64, device=x.device)
+    noise = torch.zeros((), dtype=torch.float64, device=x.device)
+    for xs, ys in zip(x.reshape(-1).split(slice_len), y.reshape(-1).split(slice_len)):
+        xs = xs.double()
+        error = xs - ys.double()
+        signal += torch.dot(xs, xs)
+        noise += torch.dot(error, error)
+    return float(10 * torch.log10(signal / noise))
 
 
 def run(rows: int = 4096, cols: int = 4096, seed: int = 0, device: torch.device | None = None) -> list[Row]:
