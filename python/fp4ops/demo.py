@@ -43,8 +43,7 @@ class Row:
 
 def sqnr_db(x: torch.Tensor, y: torch.Tensor) -> float:
     """10 log10(sum x^2 / sum (x - y)^2), summed in float64: on the CPU slice by slice, so that the
-    float64 copies stay in the cache (whole-tensor copies took longer than quantizing the tensor);
-    on a GPU in one slice."""
+    float64 copies stay in the cache instead of streaming through memory; on a GPU in one slice."""
     slice_len = 1 << 16 if x.device.type == "cpu" else max(x.numel(), 1)
     signal = torch.zeros((), dtype=torch.float64, device=x.device)
     noise = torch.zeros((), dtype=torch.float64, device=x.device)
