@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -78,11 +76,11 @@ def extension_binary() -> Path | None:
 def built_cubin_archs() -> set[str] | None:
     """The cubin architectures of the built extension (e.g. {"sm_90a", "sm_100a"}), or None where
     cuobjdump or the binary cannot be found."""
-    cuobjdump, binary = load_tool("sass_loops").find_tool("cuobjdump"), extension_binary()
+    tool = load_tool("sass_loops")
+    cuobjdump, binary = tool.find_tool("cuobjdump"), extension_binary()
     if cuobjdump is None or binary is None:
         return None
-    out = subprocess.run([cuobjdump, "--list-elf", str(binary)], capture_output=True, text=True).stdout
-    return set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out))
+    return set(tool.cubin_archs(cuobjdump, binary))
 
 
 def cuda_has_kernel(op_name: str) -> bool:

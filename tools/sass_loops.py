@@ -115,7 +115,7 @@ def demangle(names: list[str]) -> dict[str, str]:
 def cubin_archs(cuobjdump: str, binary: Path) -> list[str]:
     """The architectures of `binary`'s cubins; none for a binary without device code (a CPU-only
     build), which cuobjdump reports with a failing exit status. Any other failure raises."""
-    run = subprocess.run([cuobjdump, "--list-elf", str(binary)], capture_output=True, text=True)
+    run = subprocess.run([cuobjdump, "--list-elf", str(binary)], check=False, capture_output=True, text=True)
     if run.returncode != 0:
         if "does not contain device code" in run.stdout + run.stderr:
             return []
