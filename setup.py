@@ -29,7 +29,8 @@ def extension():
     else:
         print("fp4ops: no matching CUDA toolkit (or FP4OPS_FORCE_CPU=1): building the CPU kernels only")
     relative = [str(Path(s).relative_to(ROOT)) for s in build.sources(ROOT, cuda=cuda)]
-    return kind("fp4ops._C", relative, extra_compile_args=flags, py_limited_api=False)
+    return kind("fp4ops._C", relative, extra_compile_args=flags, extra_link_args=build.host_link_flags(),
+                py_limited_api=False)
 
 
 if __name__ == "__main__":

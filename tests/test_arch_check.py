@@ -21,7 +21,8 @@ PROBE = textwrap.dedent("""
     _build = importlib.util.module_from_spec(spec)                                     # it loads the real build
     spec.loader.exec_module(_build)
     cpp.load(name="fp4ops_arch_check_probe", sources=_build.sources(cuda=True), build_directory={build_dir!r},
-             extra_cflags=_build.host_flags(), extra_cuda_cflags=_build.nvcc_flags([{arch!r}]), with_cuda=True,
+             extra_cflags=_build.host_flags(), extra_ldflags=_build.host_link_flags(),
+             extra_cuda_cflags=_build.nvcc_flags([{arch!r}]), with_cuda=True,
              is_python_module=False, verbose=False)
     x = torch.randn(64, device="cuda")
     assert torch.ops.fp4ops.amax(x.cpu()).item() == x.abs().max().item()  # the CPU kernel still runs

@@ -1,5 +1,6 @@
 """Every op is bitwise reproducible: 20 runs on the same input give the same bytes, and so do 20
-CUDA-graph replays (over alternating inputs, so a replay cannot pass by leaving stale outputs)."""
+CUDA-graph replays (over alternating inputs, so a replay cannot pass by leaving stale outputs) and
+the CPU kernels on one thread or several."""
 
 from __future__ import annotations
 
@@ -23,6 +24,23 @@ def test_every_op_bitwise_identical_over_20_runs(device):
         again = every_op(x)
         for name, expected in first.items():
             assert_same_bits(again[name], expected, f"{name}, run {run + 1}")
+
+
+def test_every_op_on_the_cpu_gives_the_same_bits_on_one_thread_and_on_several():
+    """The CPU kernels split their work over torch's CPU threads (at::parallel_for): each thread
+    writes its own outputs and the one cross-thread reduction (amax) is a max, so the bytes must
+    not depend on the thread count."""
+    x = heavy_tailed("cpu")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = every_op(x)
+        torch.set_num_threads(max(threads, 4))
+        several = every_op(x)
+    finally:
+        torch.set_num_threads(threads)
+    for name, expected in single.items():
+        assert_same_bits(several[name], expected, f"{name}, {max(threads, 4)} threads against 1")
 
 
 @requires_cuda

@@ -147,8 +147,24 @@ def sources(root: Path | None = None, cuda: bool = True) -> list[str]:
     return [str(f) for f in files]
 
 
+def openmp_flags() -> list[str]:
+    """-fopenmp, for compiling and linking the CPU kernels, where torch runs its CPU threads on
+    OpenMP (its Linux builds): at::parallel_for is inline, and compiled without OpenMP it runs its
+    whole range on the calling thread. The extension then shares torch's OpenMP runtime (the same
+    libgomp.so.1, already loaded) and its thread count (torch.set_num_threads)."""
+    import sys
+
+    import torch
+
+    return ["-fopenmp"] if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else []
+
+
 def host_flags() -> list[str]:
-    return list(HOST_FLAGS)
+    return list(HOST_FLAGS) + openmp_flags()
+
+
+def host_link_flags() -> list[str]:
+    return openmp_flags()
 
 
 def nvcc_flags(archs: list[str] | None = None) -> list[str]:

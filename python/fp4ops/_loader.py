@@ -35,6 +35,7 @@ def _load_jit() -> str:
         name=JIT_NAME,
         sources=_build.sources(root, cuda=cuda),
         extra_cflags=_build.host_flags(),
+        extra_ldflags=_build.host_link_flags(),
         extra_cuda_cflags=_build.nvcc_flags() if cuda else None,
         with_cuda=cuda,
         is_python_module=False,
