@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import importlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+import torch
+
+import fp4ops
 from fp4ops import _build
 
 
@@ -80,3 +88,19 @@ def test_environment_overrides(monkeypatch):
 def test_host_flags_keep_fp32_rounding_exact():
     assert "-ffp-contract=off" in _build.host_flags()
     assert not any("fast-math" in f and "no" not in f for f in _build.host_flags() + _build.nvcc_flags(["9.0"]))
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and torch.backends.openmp.is_available()),
+                    reason="torch runs its CPU threads on OpenMP on Linux builds only")
+def test_the_cpu_kernels_link_torchs_openmp_runtime():
+    """Compiled without OpenMP, at::parallel_for runs on the calling thread: the built extension
+    must need libgomp, which resolves to the copy torch has loaded."""
+    assert "-fopenmp" in _build.host_flags() and "-fopenmp" in _build.host_link_flags()
+    readelf = shutil.which("readelf")
+    if readelf is None or fp4ops.BUILD != "aot":
+        pytest.skip("needs readelf and the ahead-of-time built extension")
+    binary = importlib.import_module("fp4ops._C").__file__
+    needed = subprocess.run([readelf, "-d", binary], check=True, capture_output=True, text=True).stdout
+    assert "[libgomp.so.1]" in needed
+    maps = Path("/proc/self/maps").read_text()
+    assert len({line.split()[-1] for line in maps.splitlines() if "libgomp" in line}) == 1

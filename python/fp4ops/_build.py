@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 DEFAULT_CUDA_ARCHS = ("9.0a", "10.0a", "12.0a")
@@ -152,8 +153,6 @@ def openmp_flags() -> list[str]:
     OpenMP (its Linux builds): at::parallel_for is inline, and compiled without OpenMP it runs its
     whole range on the calling thread. The extension then shares torch's OpenMP runtime (the same
     libgomp.so.1, already loaded) and its thread count (torch.set_num_threads)."""
-    import sys
-
     import torch
 
     return ["-fopenmp"] if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else []
