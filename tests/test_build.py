@@ -1,8 +1,7 @@
-"""The build module: architecture parsing and gencodes (no compiler needed)."""
+"""The build module: architecture parsing, gencodes and host flags, and what the built extension links."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 import sys
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import extension_binary
 
-import fp4ops
 from fp4ops import _build
 
 
@@ -96,11 +95,10 @@ def test_the_cpu_kernels_link_torchs_openmp_runtime():
     """Compiled without OpenMP, at::parallel_for runs on the calling thread: the built extension
     must need libgomp, which resolves to the copy torch has loaded."""
     assert "-fopenmp" in _build.host_flags() and "-fopenmp" in _build.host_link_flags()
-    readelf = shutil.which("readelf")
-    if readelf is None or fp4ops.BUILD != "aot":
-        pytest.skip("needs readelf and the ahead-of-time built extension")
-    binary = importlib.import_module("fp4ops._C").__file__
-    needed = subprocess.run([readelf, "-d", binary], check=True, capture_output=True, text=True).stdout
+    readelf, binary = shutil.which("readelf"), extension_binary()
+    if readelf is None or binary is None:
+        pytest.skip("needs readelf and a built extension")
+    needed = subprocess.run([readelf, "-d", str(binary)], check=True, capture_output=True, text=True).stdout
     assert "[libgomp.so.1]" in needed
     maps = Path("/proc/self/maps").read_text()
     assert len({line.split()[-1] for line in maps.splitlines() if "libgomp" in line}) == 1
