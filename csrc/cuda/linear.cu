@@ -339,6 +339,17 @@ void launch_mma_sync(LinearArgs args, int column_tiles, const at::TensorOptions&
   }
 }
 
+// The K ranges' reduction: four features a thread where N % 4 == 0 and more than 16 rows, whose
+// kernels store partials from 4 or more column tiles; else one a thread, which at decode rows
+// spreads the few outputs over more threads.
+void launch_reduce(const LinearArgs& args, cudaStream_t stream) {
+  if (args.n % 4 == 0 && args.m > 16) {
+    launch_dependent(linear_reduce4_kernel, grid_for(args.m * args.n / 4, 256), 256, stream, args);
+  } else {
+    launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
+  }
+}
+
 // The kernel family for x of type XT (uint8_t: FP4 x): on the warpgroup MMA where linear_wgmma
 // says so, else on mma.sync; then the K ranges' reduction.
 template <class Format, typename XT>
@@ -348,7 +359,7 @@ void launch_mma(LinearArgs args, int column_tiles, const at::TensorOptions& opti
   } else {
     launch_mma_sync<Format, XT>(args, column_tiles, options, stream, device);
   }
-  if (args.splits > 1) launch_dependent(linear_reduce_kernel, grid_for(args.m * args.n, 256), 256, stream, args);
+  if (args.splits > 1) launch_reduce(args, stream);
 }
 
 // An FP4 tensor in `dtype`, its NVFP4 global scale folded in (1 where it has none).

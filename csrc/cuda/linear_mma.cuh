@@ -705,7 +705,13 @@ constexpr int kLinearMinCtas = kResident || kNt == 8 ? 2 : 0;
 
 // A CTA's sums out: acc.v[j][i] is weight row g (i < 2) or g + 8, token 8j + 2t + i % 2. Prescaled
 // operands carried a power of two each (Layout::kWCarriedExponent; pre-decoded NVFP4 x,
-// args.x_prescaled: LinearScaling's kExponent); undone exactly here, in one multiply. Then out (one K range) or the K range's partials.
+// args.x_prescaled: LinearScaling's kExponent); undone exactly here, in one multiply. Then out (one
+// K range) or the K range's partials.
+//
+// Partials from 4 and more column tiles go through one pointer a lane, stepping 8 rows of x a
+// tile, with the live rows and features tested once as 32-bit counts: the per-element form's
+// 64-bit index and bounds tests per sum would be most of the tail's instructions there. Up to 2
+// tiles the per-element form stays: those kernels' main loops are allocated around it.
 template <class Layout>
 __device__ __forceinline__ void linear_store_sums(const LinearArgs& args, const LinearThread& th, const LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
@@ -714,19 +720,39 @@ __device__ __forceinline__ void linear_store_sums(const LinearArgs& args, const 
   constexpr int kCarried = Layout::kWCarriedExponent;
   const int carried = kCarried + (Layout::kNvfp4 && args.x_prescaled ? LinearScaling<MmaT>::kExponent : 0);
   const float undo = exp2_int(-carried);
+  const auto sum_of = [&](int j, int i) { return carried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo); };
+  if (kNt <= 2 || args.splits == 1) {
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t feature = th.row0 + th.g + 8 * (i / 2), token = th.token0 + 8 * j + 2 * th.t + i % 2;
+        if (feature >= args.n || token >= args.m) continue;
+        if (args.splits == 1) {
+          linear_store(args, token, feature, sum_of(j, i));
+        } else {
+          args.partials[(static_cast<int64_t>(blockIdx.y) * args.m + token) * args.n + feature] = sum_of(j, i);
+        }
+      }
+    }
+    return;
+  }
+  const int64_t feature = th.row0 + th.g, token = th.token0 + 2 * th.t;
+  const bool low_live = feature < args.n, high_live = feature + 8 < args.n;
+  // Rows of x live from the lane's first token on, at most the tiles' reach (<= 0: none).
+  const int live_rows = static_cast<int>(args.m - token < Layout::kTokens ? args.m - token : Layout::kTokens);
+  float* row = args.partials + (static_cast<int64_t>(blockIdx.y) * args.m + token) * args.n + feature;
+  const int64_t tile_stride = 8 * args.n;
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t feature = th.row0 + th.g + 8 * (i / 2), token = th.token0 + 8 * j + 2 * th.t + i % 2;
-      if (feature >= args.n || token >= args.m) continue;
-      const float sum = carried == 0 ? acc.v[j][i] : mul_rn(acc.v[j][i], undo);
-      if (args.splits == 1) {
-        linear_store(args, token, feature, sum);
-      } else {
-        args.partials[(static_cast<int64_t>(blockIdx.y) * args.m + token) * args.n + feature] = sum;
+    for (int odd = 0; odd < 2; ++odd) {
+      if (8 * j + odd < live_rows) {
+        if (low_live) row[odd * args.n] = sum_of(j, odd);
+        if (high_live) row[odd * args.n + 8] = sum_of(j, 2 + odd);
       }
     }
+    row += tile_stride;
   }
 }
 
@@ -874,6 +900,41 @@ __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
     float sum = args.partials[e];
     for (int s = 1; s < args.splits; ++s) sum = __fadd_rn(sum, args.partials[s * total + e]);
     linear_store(args, e / args.n, e % args.n, sum);
+  }
+}
+
+// Ranges whose partials linear_reduce4_kernel loads before it adds them.
+constexpr int kLinearReduceBatch = 8;
+
+// linear_reduce_kernel four features a thread, for N % 4 == 0 (launch_reduce): 16-byte loads, one
+// index division per four outputs, and each batch of ranges' loads issued before its adds, so
+// that they are in flight together; the adds keep range order, so the sums are the same.
+__global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
+  linear_dependent_start();
+  const int64_t quads = args.m * args.n / 4;
+  const float4* partials = reinterpret_cast<const float4*>(args.partials);
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < quads;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float4 sum = partials[e];
+    for (int s0 = 1; s0 < args.splits; s0 += kLinearReduceBatch) {
+      float4 batch[kLinearReduceBatch];
+#pragma unroll
+      for (int b = 0; b < kLinearReduceBatch; ++b) {
+        if (s0 + b < args.splits) batch[b] = partials[(s0 + b) * quads + e];
+      }
+#pragma unroll
+      for (int b = 0; b < kLinearReduceBatch; ++b) {
+        if (s0 + b < args.splits) {
+          sum.x = __fadd_rn(sum.x, batch[b].x), sum.y = __fadd_rn(sum.y, batch[b].y);
+          sum.z = __fadd_rn(sum.z, batch[b].z), sum.w = __fadd_rn(sum.w, batch[b].w);
+        }
+      }
+    }
+    const int64_t token = 4 * e / args.n, feature = 4 * e % args.n;
+    linear_store(args, token, feature, sum.x);
+    linear_store(args, token, feature + 1, sum.y);
+    linear_store(args, token, feature + 2, sum.z);
+    linear_store(args, token, feature + 3, sum.w);
   }
 }
 
