@@ -272,7 +272,7 @@ void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device
   using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
   const auto kernel = linear_wgmma_kernel<Format, XT, kNt, kResident>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-  const int warps = kLinearWgmmaMaxWarps<Format, kNt> > 8
+  const int warps = kLinearWgmmaMaxWarps<kNt> > 8
                         ? linear_wgmma_128_row_warps(tiles, args.splits, row_chunks, args.range_steps, device)
                         : linear_warps_per_cta(tiles, args.splits, row_chunks);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));

@@ -276,7 +276,7 @@ constexpr int kLinearWgmmaMinCtas = kNt == 16 ? 1 : 2;
 // at a time) leave room for them at one CTA per SM, so that each 32 KB x stage can serve 192 weight
 // rows and the SM has more warps to hide the MMAs' latency behind (linear_wgmma_128_row_warps picks
 // 12 or 8 for each grid); else 8.
-template <class Format, int kNt>
+template <int kNt>
 constexpr int kLinearWgmmaMaxWarps = kNt == 16 ? 12 : 8;
 
 // linear_mma_kernel on the warpgroup MMA: x as an x image (dense, or decoded from FP4 x; NVFP4 x to
@@ -284,7 +284,7 @@ constexpr int kLinearWgmmaMaxWarps = kNt == 16 ? 12 : 8;
 // Only launched on compute capability 9.0 from a build with an sm_90a pass (csrc/common/arch.h);
 // elsewhere its body traps.
 template <class Format, typename XT, int kNt, bool kResident>
-__global__ void __launch_bounds__(32 * kLinearWgmmaMaxWarps<Format, kNt>, kLinearWgmmaMinCtas<kNt>)
+__global__ void __launch_bounds__(32 * kLinearWgmmaMaxWarps<kNt>, kLinearWgmmaMinCtas<kNt>)
     linear_wgmma_kernel(LinearArgs args) {
 #if defined(FP4OPS_HW_WGMMA)
   using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
