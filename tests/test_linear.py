@@ -47,10 +47,12 @@ def activations(x_kind: str, fmt: str, shape: tuple, device: str):
 
 
 def rows_of(x, index):
-    """Rows `index` of a dense or FP4 x (an FP4 x keeps its global scale)."""
+    """Rows `index` of a dense or FP4 x (an FP4 x keeps its global scale). The scales are gathered
+    as bytes: torch 2.8 has no CPU index kernel for its float8 dtypes."""
     if isinstance(x, torch.Tensor):
         return x[index]
-    return dataclasses.replace(x, data=x.data[index], scales=x.scales[index])
+    scales = x.scales.view(torch.uint8)[index].view(x.scales.dtype)
+    return dataclasses.replace(x, data=x.data[index], scales=scales)
 
 
 def to_device(t, device: str):
