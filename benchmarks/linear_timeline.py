@@ -1,0 +1,187 @@
+"""Where a linear layer's time goes in the decode stream: the kernels' timeline inside the CUDA graph.
+
+    python -m benchmarks.linear_timeline                                   # default shapes and rows
+    python -m benchmarks.linear_timeline --shapes 4096,4096 --rows 1 16 --format mxfp4
+
+The decode stream (benchmarks/decode_stream.py) times a graph of distinct FP4Linear layers as a
+whole. This replays the same graph under the PyTorch profiler and reads each kernel's start and end
+on the GPU, then splits every layer's period (from its first kernel's start to the next layer's) into:
+- `prep`: x made ready for the MMA kernel (FP4 x decoded, the warpgroup kernels' x image);
+- `main`: the MMA kernel, start to end;
+- `reduce tail`: from the MMA kernel's end to the end of the K ranges' reduction (0 without one);
+- `handoff`: from the layer's last kernel's end to the next layer's first start (negative where the
+  next layer's kernel started before, as programmatic dependent launch allows).
+The four add up to the period. Medians over the layers of every replay (the last layer of a replay
+has no successor and gives no period). The profiler's own overhead is in these times: compare
+periods with decode_stream's per-layer time before reading small differences.
+
+Writes linear_timeline_<tag>.json and .md under --out. Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import pathlib
+import statistics
+import sys
+
+import torch
+from tabulate import tabulate
+
+from .decode_stream import layer_count, make_layers
+from .suite.harness import banner
+
+SHAPES = [(4096, 4096), (1024, 8192), (14336, 4096), (28672, 8192)]
+ROWS = [1, 8, 16, 64]
+REPLAYS = 3
+PHASES = ("prep", "main", "reduce_tail", "handoff", "period")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    name: str
+    start: float  # us
+    end: float
+
+
+def role(name: str) -> str | None:
+    """A linear layer's kernel by its role: "main" (the MMA kernel), "reduce" (the K ranges'
+    reduction), "prep" (any other fp4ops linear kernel: x decoded or imaged), or None."""
+    if "fp4ops::cuda::linear" not in name:
+        return None
+    if "linear_mma_kernel" in name or "linear_wgmma_kernel" in name:
+        return "main"
+    return "reduce" if "linear_reduce" in name else "prep"
+
+
+def layers_of(kernels: list[Kernel]) -> list[dict]:
+    """The kernels in start order grouped per layer: {"prep": [...], "main": Kernel, "reduce": Kernel
+    or None}. A layer's prep kernels precede its main kernel; its reduction follows it."""
+    layers, pending = [], []
+    for kernel in sorted(kernels, key=lambda k: k.start):
+        kind = role(kernel.name)
+        if kind == "prep":
+            pending.append(kernel)
+        elif kind == "main":
+            layers.append({"prep": pending, "main": kernel, "reduce": None})
+            pending = []
+        elif kind == "reduce":
+            if not layers or layers[-1]["reduce"] is not None:
+                raise ValueError(f"a reduction without its MMA kernel at {kernel.start:.2f} us")
+            layers[-1]["reduce"] = kernel
+    if pending:
+        raise ValueError(f"{len(pending)} prep kernel(s) after the last MMA kernel")
+    return layers
+
+
+def layer_phases(layers: list[dict]) -> list[dict]:
+    """Each layer's phases in us (PHASES), for every layer that has a successor in `layers`."""
+    out = []
+    for layer, successor in itertools.pairwise(layers):
+        main, reduce = layer["main"], layer["reduce"]
+        first = min([main.start, *(k.start for k in layer["prep"])])
+        last_end = max(main.end, reduce.end if reduce else main.end)
+        next_first = min([successor["main"].start, *(k.start for k in successor["prep"])])
+        out.append({"prep": main.start - first, "main": main.end - main.start,
+                    "reduce_tail": (reduce.end - main.end) if reduce else 0.0,
+                    "handoff": next_first - last_end, "period": next_first - first})
+    return out
+
+
+def median_phases(phases: list[dict]) -> dict:
+    return {name: statistics.median(p[name] for p in phases) for name in PHASES}
+
+
+def profiled_kernels(graph: torch.cuda.CUDAGraph, replays: int) -> list[list[Kernel]]:
+    """The GPU kernels of each of `replays` replays of `graph`, each replay profiled on its own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runs = []
+    for _ in range(replays):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            graph.replay()
+            torch.cuda.synchronize()
+        runs.append([Kernel(ev.name, ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                     if ev.device_type == torch.autograd.DeviceType.CUDA and role(ev.name) is not None])
+    return runs
+
+
+def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> dict:
+    n, k = shape
+    copies = layer_count(n, k, fmt, l2_bytes)
+    layers, _ = make_layers([shape], copies, fmt, torch.bfloat16, device)
+    x = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for layer in layers:
+                layer(x)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for layer in layers:
+                layer(x)
+        graph.replay()
+        torch.cuda.synchronize(device)
+        runs = profiled_kernels(graph, REPLAYS)
+    phases = []
+    for kernels in runs:
+        grouped = layers_of(kernels)
+        if len(grouped) != copies:
+            raise RuntimeError(f"{n} x {k}, {rows} rows: {len(grouped)} layers in the profile, expected {copies} "
+                               "(did the profiler record the graph's kernels?)")
+        phases += layer_phases(grouped)
+    kinds = sorted({role(kernel.name) for kernel in runs[0]})
+    return {"n": n, "k": k, "format": fmt, "rows": rows, "layers": copies, "kernels": kinds,
+            **{f"{name}_us": value for name, value in median_phases(phases).items()}}
+
+
+def markdown(result: dict) -> str:
+    head = ["N x K", "format", "rows", "layers", "prep us", "main us", "reduce tail us", "handoff us", "period us"]
+    body = [[f"{r['n']} x {r['k']}", r["format"], r["rows"], r["layers"],
+             *(f"{r[f'{name}_us']:.2f}" for name in PHASES)] for r in result["rows"]]
+    return (f"# Linear layer timeline: {result['banner_line']}\n\n"
+            "Medians over the layers of each graph replay (python -m benchmarks.linear_timeline); "
+            "prep + main + reduce tail + handoff = period.\n\n"
+            + tabulate(body, head, tablefmt="github") + "\n")
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", nargs="+", metavar="N,K", default=None, help="weight shapes (default: four of the decode stream's)")
+    p.add_argument("--rows", type=int, nargs="+", default=ROWS)
+    p.add_argument("--format", choices=["nvfp4", "mxfp4"], default="nvfp4")
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("linear_timeline needs a CUDA GPU", file=sys.stderr)
+        return None
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes else SHAPES
+    device = torch.device("cuda")
+    info = banner(device)
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    line = f"{info['gpu']} (driver {info.get('driver', '-')}) | torch {info['torch']}, CUDA {info['cuda']} | commit {info['commit']}"
+    result = {"banner": info, "banner_line": line, "rows": []}
+    print(result["banner_line"], flush=True)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = args.tag or info["gpu"].split()[-1].lower()  # "NVIDIA H200" -> h200, as decode_stream names its files
+    for shape in shapes:
+        for rows in args.rows:
+            row = measure(shape, rows, args.format, device, l2_bytes)
+            result["rows"].append(row)
+            print("  " + ", ".join(f"{key} {row[key]:.2f}" if isinstance(row[key], float) else f"{key} {row[key]}"
+                                   for key in row), flush=True)
+            (out / f"linear_timeline_{tag}.json").write_text(json.dumps(result, indent=1))
+    (out / f"linear_timeline_{tag}.md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

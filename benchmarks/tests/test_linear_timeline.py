@@ -1,0 +1,89 @@
+"""benchmarks/linear_timeline.py on the CPU: the grouping of a profile's kernels into layers and the
+split of each layer's period. Profiling a graph needs a GPU; these feed it kernel timelines made up
+here, random where the arithmetic allows."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from benchmarks import linear_timeline as tl
+
+MAIN = "void fp4ops::cuda::linear_mma_kernel<fp4ops::Nvfp4Format, __nv_bfloat16, 1, true, false>(fp4ops::cuda::LinearArgs)"
+WGMMA = "void fp4ops::cuda::linear_wgmma_kernel<fp4ops::Nvfp4Format, __nv_bfloat16, 8, false>(fp4ops::cuda::LinearArgs)"
+REDUCE = "fp4ops::cuda::linear_reduce_kernel(fp4ops::cuda::LinearArgs)"
+IMAGE = "void fp4ops::cuda::linear_wgmma_x_image_kernel<__nv_bfloat16>(uint4 const*, fp4ops::cuda::WgmmaXImage)"
+
+
+def test_roles():
+    assert tl.role(MAIN) == tl.role(WGMMA) == "main"
+    assert tl.role(REDUCE) == "reduce" and tl.role("fp4ops::cuda::linear_reduce4_kernel(fp4ops::cuda::LinearArgs)") == "reduce"
+    assert tl.role(IMAGE) == "prep"
+    assert tl.role("void at::native::vectorized_elementwise_kernel<4, ...>") is None
+
+
+def random_layers(count: int, rng: random.Random, with_prep: bool, with_reduce: bool) -> tuple[list, list]:
+    """Kernels of `count` layers with random durations and overlaps, and each layer's phases as built."""
+    kernels, expected, t = [], [], 0.0
+    for _ in range(count):
+        first = t
+        prep = rng.uniform(0.5, 2.0) if with_prep else 0.0
+        if with_prep:
+            kernels.append(tl.Kernel(IMAGE, t, t + prep * rng.uniform(0.3, 1.0)))
+        main_start = t + prep
+        main = rng.uniform(2.0, 20.0)
+        kernels.append(tl.Kernel(WGMMA if with_prep else MAIN, main_start, main_start + main))
+        end = main_start + main
+        tail, last_start = 0.0, main_start
+        if with_reduce:
+            tail = rng.uniform(0.3, 3.0)
+            # programmatic dependent launch: the reduction starts before the MMA kernel ends
+            last_start = main_start + main * rng.uniform(0.2, 0.9)
+            kernels.append(tl.Kernel(REDUCE, last_start, end + tail))
+        # The next layer's first kernel starts after this layer's last one did (it is launched as
+        # that kernel's dependent), maybe before that one ends.
+        t = max(end + tail + rng.uniform(-1.0, 1.5), last_start + 0.01)
+        expected.append({"prep": prep, "main": main, "reduce_tail": tail, "handoff": t - (end + tail), "period": t - first})
+    return kernels, expected
+
+
+@pytest.mark.parametrize("with_prep", [False, True])
+@pytest.mark.parametrize("with_reduce", [False, True])
+def test_phases_add_up_and_match_the_timeline(with_prep, with_reduce):
+    rng = random.Random()
+    kernels, expected = random_layers(rng.randint(2, 12), rng, with_prep, with_reduce)
+    rng.shuffle(kernels)  # the profiler's order is not the start order
+    phases = tl.layer_phases(tl.layers_of(kernels))
+    assert len(phases) == len(expected) - 1  # the last layer has no successor
+    for got, want in zip(phases, expected):
+        for name in tl.PHASES:
+            assert got[name] == pytest.approx(want[name], abs=1e-9), name
+        assert got["prep"] + got["main"] + got["reduce_tail"] + got["handoff"] == pytest.approx(got["period"])
+
+
+def test_median_phases():
+    phases = [{name: float(i) for name in tl.PHASES} for i in (3, 1, 2)]
+    assert tl.median_phases(phases) == {name: 2.0 for name in tl.PHASES}
+
+
+def test_malformed_timelines_are_refused():
+    with pytest.raises(ValueError, match="reduction without"):
+        tl.layers_of([tl.Kernel(REDUCE, 0.0, 1.0)])
+    with pytest.raises(ValueError, match="reduction without"):
+        tl.layers_of([tl.Kernel(MAIN, 0.0, 1.0), tl.Kernel(REDUCE, 0.5, 2.0), tl.Kernel(REDUCE, 1.5, 3.0)])
+    with pytest.raises(ValueError, match="after the last MMA kernel"):
+        tl.layers_of([tl.Kernel(MAIN, 0.0, 1.0), tl.Kernel(IMAGE, 2.0, 3.0)])
+
+
+def test_markdown_lists_every_row():
+    row = {"n": 4096, "k": 4096, "format": "nvfp4", "rows": 1, "layers": 12, "kernels": ["main", "reduce"],
+           **{f"{name}_us": 1.5 for name in tl.PHASES}}
+    text = tl.markdown({"banner_line": "GPU | torch | commit", "rows": [row, {**row, "rows": 16}]})
+    assert text.count("| 4096 x 4096 |") == 2 and "reduce tail us" in text
+
+
+def test_without_a_gpu_it_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(tl.torch.cuda, "is_available", lambda: False)
+    assert tl.main([]) is None
+    assert "needs a CUDA GPU" in capsys.readouterr().err
