@@ -12,8 +12,9 @@ on the GPU, then splits every layer's period (from its first kernel's start to t
 - `handoff`: from the layer's last kernel's end to the next layer's first start (negative where the
   next layer's kernel started before, as programmatic dependent launch allows).
 The four add up to the period. Medians over the layers of every replay (the last layer of a replay
-has no successor and gives no period). The profiler's own overhead is in these times: compare
-periods with decode_stream's per-layer time before reading small differences.
+has no successor and gives no period). The profiler's own overhead is in these times, so each row
+also gives the same graph's time per layer without the profiler (`unprofiled`, decode_stream's
+measure: the median of REPLAYS replays over the layer count).
 
 Writes linear_timeline_<tag>.json and .md under --out. Needs a CUDA GPU.
 """
@@ -31,6 +32,9 @@ import sys
 import torch
 from tabulate import tabulate
 
+from fp4ops.timing import timed_calls
+
+from .decode_stream import REPLAYS as TIMED_REPLAYS
 from .decode_stream import layer_count, make_layers
 from .suite.harness import banner
 
@@ -127,6 +131,7 @@ def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> 
                 layer(x)
         graph.replay()
         torch.cuda.synchronize(device)
+        unprofiled = statistics.median(timed_calls(graph.replay, device, TIMED_REPLAYS)[0]) / copies
         runs = profiled_kernels(graph, REPLAYS)
     phases = []
     for kernels in runs:
@@ -137,13 +142,14 @@ def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> 
         phases += layer_phases(grouped)
     kinds = sorted({role(kernel.name) for kernel in runs[0]})
     return {"n": n, "k": k, "format": fmt, "rows": rows, "layers": copies, "kernels": kinds,
-            **{f"{name}_us": value for name, value in median_phases(phases).items()}}
+            **{f"{name}_us": value for name, value in median_phases(phases).items()}, "unprofiled_us": unprofiled}
 
 
 def markdown(result: dict) -> str:
-    head = ["N x K", "format", "rows", "layers", "prep us", "main us", "reduce tail us", "handoff us", "period us"]
+    head = ["N x K", "format", "rows", "layers", "prep us", "main us", "reduce tail us", "handoff us", "period us",
+            "unprofiled us"]
     body = [[f"{r['n']} x {r['k']}", r["format"], r["rows"], r["layers"],
-             *(f"{r[f'{name}_us']:.2f}" for name in PHASES)] for r in result["rows"]]
+             *(f"{r[f'{name}_us']:.2f}" for name in (*PHASES, "unprofiled"))] for r in result["rows"]]
     return (f"# Linear layer timeline: {result['banner_line']}\n\n"
             "Medians over the layers of each graph replay (python -m benchmarks.linear_timeline); "
             "prep + main + reduce tail + handoff = period.\n\n"

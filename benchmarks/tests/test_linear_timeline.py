@@ -78,9 +78,9 @@ def test_malformed_timelines_are_refused():
 
 def test_markdown_lists_every_row():
     row = {"n": 4096, "k": 4096, "format": "nvfp4", "rows": 1, "layers": 12, "kernels": ["main", "reduce"],
-           **{f"{name}_us": 1.5 for name in tl.PHASES}}
+           **{f"{name}_us": 1.5 for name in tl.PHASES}, "unprofiled_us": 1.25}
     text = tl.markdown({"banner_line": "GPU | torch | commit", "rows": [row, {**row, "rows": 16}]})
-    assert text.count("| 4096 x 4096 |") == 2 and "reduce tail us" in text
+    assert text.count("| 4096 x 4096 |") == 2 and "reduce tail us" in text and "1.25" in text
 
 
 def test_without_a_gpu_it_says_so(capsys, monkeypatch):
