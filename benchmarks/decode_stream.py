@@ -98,22 +98,29 @@ def implementations(fp4_layers: list, dense_weights: list, fp4_x=None) -> dict:
     return {"bf16": run_dense, "fp4": run_fp4, "dequant": run_dequant}
 
 
+def captured_graph(fn, x: torch.Tensor, device: torch.device) -> torch.cuda.CUDAGraph:
+    """fn(x) captured in a CUDA graph, warmed up first on a side stream (lazy loading, cuBLAS
+    handles), as graph capture asks, and replayed once."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        fn(x)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(x)
+    graph.replay()
+    torch.cuda.synchronize(device)
+    return graph
+
+
 def time_stream(fn, x: torch.Tensor, timer: Timer) -> float:
     """Microseconds for one pass of fn(x): a CUDA graph's replay (median of REPLAYS), or the host
     clock's median on the CPU."""
     with torch.no_grad():
         if not timer.cuda:
             return statistics.median(timed_calls(lambda: fn(x), timer.device, 5)[0])
-        stream = torch.cuda.Stream(timer.device)
-        stream.wait_stream(torch.cuda.current_stream(timer.device))
-        with torch.cuda.stream(stream):
-            fn(x)  # warm-up on a side stream (lazy loading, cuBLAS handles), as graph capture asks
-        torch.cuda.current_stream(timer.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn(x)
-        graph.replay()
-        torch.cuda.synchronize(timer.device)
+        graph = captured_graph(fn, x, timer.device)
         return statistics.median(timed_calls(graph.replay, timer.device, REPLAYS)[0])
 
 

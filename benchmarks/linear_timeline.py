@@ -35,7 +35,7 @@ from tabulate import tabulate
 from fp4ops.timing import timed_calls
 
 from .decode_stream import REPLAYS as TIMED_REPLAYS
-from .decode_stream import layer_count, make_layers
+from .decode_stream import captured_graph, layer_count, make_layers
 from .suite.harness import banner
 
 SHAPES = [(4096, 4096), (1024, 8192), (14336, 4096), (28672, 8192)]
@@ -119,18 +119,7 @@ def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> 
     layers, _ = make_layers([shape], copies, fmt, torch.bfloat16, device)
     x = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
     with torch.no_grad():
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for layer in layers:
-                layer(x)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for layer in layers:
-                layer(x)
-        graph.replay()
-        torch.cuda.synchronize(device)
+        graph = captured_graph(lambda x: [layer(x) for layer in layers], x, device)
         unprofiled = statistics.median(timed_calls(graph.replay, device, TIMED_REPLAYS)[0]) / copies
         runs = profiled_kernels(graph, REPLAYS)
     phases = []
