@@ -270,6 +270,22 @@ def test_k_range_partials_of_a_partial_last_tile(n, fmt):
     assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
 
 
+@requires_cuda
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_64_row_ctas_of_twelve_warps(fmt):
+    """6144 x 4096 (a fused q/k/v weight): at 33-64 rows on Hopper its grid of 8-warp CTAs would put
+    two CTAs on some SMs and one on the others, so its CTAs take 12 warps instead
+    (linear_wgmma_64_row_warps). Each row bitwise its one-row call; within SPEC 5's bound at 64."""
+    n, k = 6144, 4096
+    w = weight(fmt, n, k, "cuda")
+    pool = activations("bfloat16", fmt, (64, k), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    for m in (33, 48, 64):
+        assert_rows_match_single_calls(w, pool, singles, m)
+    x = rows_of(pool, slice(0, 64))
+    assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
+
+
 def assert_rows_match_single_calls(w, pool, singles: torch.Tensor, m: int, **kwargs) -> None:
     """linear of m random rows of pool equals, row by row, the one-row results `singles`."""
     index = torch.randperm(singles.shape[0])[:m]

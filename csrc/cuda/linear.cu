@@ -263,18 +263,30 @@ int linear_wgmma_128_row_warps(int64_t tiles, int splits, int64_t row_chunks, in
   return twelve < eight || (twelve == eight && range_steps <= kShortRangeSteps) ? 12 : 8;
 }
 
+// Warps per CTA of a 64-row wgmma kernel (built for up to 16 at the register cap of two 8-warp CTAs
+// an SM: kLinearWgmmaMaxWarps): 12, one CTA an SM, where the 8-warp grid would put two CTAs on some
+// SMs and one on the others (more CTAs than SMs, fewer than two an SM) and the 12-warp grid is one
+// wave: the SMs with two CTAs set the time, and one 12-warp CTA on each SM does the same work in
+// less (its x stage serves 1.5x the weight rows). Else linear_warps_per_cta's 8 or 4. Measurements:
+// docs/performance.md, "Linear: dispatch and bounds".
+int linear_wgmma_64_row_warps(int64_t tiles, int splits, int64_t row_chunks) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t ctas8 = eight_warp_ctas(tiles, splits, row_chunks), ctas12 = (tiles + 11) / 12 * splits * row_chunks;
+  return sms < ctas8 && ctas8 < 2 * sms && ctas12 <= sms ? 12 : linear_warps_per_cta(tiles, splits, row_chunks);
+}
+
 // One warpgroup-MMA kernel: CTAs of one or two warpgroups (linear_warps_per_cta's 4 or 8 warps; two
-// or three where the kernel is built for three: linear_wgmma_128_row_warps), the K ranges and row
-// chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out. The warps per
-// CTA change no bits.
+// or three at 64 and 128 rows: linear_wgmma_64_row_warps, linear_wgmma_128_row_warps), the K ranges
+// and row chunks as for the mma.sync kernels, shared memory as LinearWgmmaLayout lays it out. The
+// warps per CTA change no bits.
 template <class Format, typename XT, int kNt, bool kResident>
 void launch_wgmma_kernel(const LinearArgs& args, cudaStream_t stream, int device) {
   using Layout = LinearWgmmaLayout<Format, XT, kNt, kResident>;
   const auto kernel = linear_wgmma_kernel<Format, XT, kNt, kResident>;
   const int64_t tiles = (args.n + kLinearTileRows - 1) / kLinearTileRows, row_chunks = (args.m + Layout::kTokens - 1) / Layout::kTokens;
-  const int warps = kLinearWgmmaMaxWarps<kNt> > 8
-                        ? linear_wgmma_128_row_warps(tiles, args.splits, row_chunks, args.range_steps, device)
-                        : linear_warps_per_cta(tiles, args.splits, row_chunks);
+  const int warps = kNt == 16  ? linear_wgmma_128_row_warps(tiles, args.splits, row_chunks, args.range_steps, device)
+                    : kNt == 8 ? linear_wgmma_64_row_warps(tiles, args.splits, row_chunks)
+                               : linear_warps_per_cta(tiles, args.splits, row_chunks);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   const size_t smem = spreading_dynamic_smem(kernel, warps * 32, Layout::smem_bytes(warps, args.range_steps),
                                              static_cast<int64_t>(grid.x) * grid.y * grid.z, device);

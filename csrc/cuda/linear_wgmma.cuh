@@ -266,18 +266,21 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
 #endif
 }
 
-// CTAs per SM a wgmma kernel is built for: two, except with 128 rows, whose 64 accumulators a
-// thread and 32 KB of x a stage leave room for one.
-template <int kNt>
-constexpr int kLinearWgmmaMinCtas = kNt == 16 ? 1 : 2;
-
 // Warps of a wgmma kernel's CTAs at most: 12 (three warpgroups) for 128 rows of x, whose
 // registers (about 130 a thread for NVFP4; 168 for MXFP4, whose outside pass takes a column tile
 // at a time) leave room for them at one CTA per SM, so that each 32 KB x stage can serve 192 weight
 // rows and the SM has more warps to hide the MMAs' latency behind (linear_wgmma_128_row_warps picks
-// 12 or 8 for each grid); else 8.
+// 12 or 8 for each grid). 64 rows: built for 16 at one CTA per SM, which caps the registers at 128
+// a thread exactly as two CTAs of 8 warps an SM do, so the same code runs as two 8-warp CTAs an SM
+// or one of 12 (linear_wgmma_64_row_warps; never 16). Else 8.
 template <int kNt>
-constexpr int kLinearWgmmaMaxWarps = kNt == 16 ? 12 : 8;
+constexpr int kLinearWgmmaMaxWarps = kNt == 16 ? 12 : kNt == 8 ? 16 : 8;
+
+// CTAs per SM a wgmma kernel is built for: two of 8 warps with 32 rows; one with 128 rows, whose 64
+// accumulators a thread and 32 KB of x a stage leave room for one; one of at most 16 warps with 64
+// rows (the register cap of two of 8, above).
+template <int kNt>
+constexpr int kLinearWgmmaMinCtas = kNt == 4 ? 2 : 1;
 
 // linear_mma_kernel on the warpgroup MMA: x as an x image (dense, or decoded from FP4 x; NVFP4 x to
 // prescaled fp16: LinearArgs::x_prescaled), 8 kNt rows per CTA, CTAs of one to three warpgroups.
