@@ -16,7 +16,8 @@ has no successor and gives no period). The profiler's own overhead is in these t
 also gives the same graph's time per layer without the profiler (`unprofiled`, decode_stream's
 measure: the median of REPLAYS replays over the layer count).
 
-Writes linear_timeline_<tag>.json and .md under --out. Needs a CUDA GPU.
+Writes linear_timeline_<tag>.json, .md and .png under --out. Needs a CUDA GPU, except
+`--replot JSON`, which draws the table and plot of a saved run again.
 """
 
 from __future__ import annotations
@@ -145,6 +146,50 @@ def markdown(result: dict) -> str:
             + tabulate(body, head, tablefmt="github") + "\n")
 
 
+def plot(result: dict, path: pathlib.Path) -> None:
+    """One horizontal bar per (shape, rows): the period split into the reduction's tail and the rest
+    (x preparation and the MMA kernel after the layer before; where the next layer starts early
+    the hand-off is negative and counted there), with the unprofiled time per layer marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    labels = [f"{r['n']} x {r['k']}, {r['rows']} row{'s' if r['rows'] != 1 else ''}" for r in rows]
+    tails = [r["reduce_tail_us"] for r in rows]
+    rest = [r["period_us"] - r["reduce_tail_us"] for r in rows]
+    height = 0.32 * len(rows) + 1.8  # inches
+    fig, ax = plt.subplots(figsize=(9, height))
+    places = range(len(rows))
+    ax.barh(places, rest, color="tab:blue", label="x prep + MMA kernel after the layer before")
+    ax.barh(places, tails, left=rest, color="tab:orange", label="K ranges' reduction after the MMA kernel")
+    ax.scatter([r["unprofiled_us"] for r in rows], places, marker="|", s=160, color="black", zorder=3,
+               label="time per layer without the profiler")
+    ax.set_yticks(list(places), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel="us per layer (median over the layers of the replays)",
+           title=f"Where a linear layer's time goes in the decode graph ({rows[0]['format'] if rows else '-'})")
+    fig.legend(fontsize=7, loc="lower center", ncol=3)
+    fig.suptitle(result["banner_line"], fontsize=8)
+    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # a 0.3-inch strip at the bottom for the legend
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: dict, out: pathlib.Path, tag: str) -> None:
+    (out / f"linear_timeline_{tag}.md").write_text(markdown(result))
+    plot(result, out / f"linear_timeline_{tag}.png")
+
+
+def replot(json_path: pathlib.Path) -> dict:
+    """The .md and .png of a saved run, next to its JSON (linear_timeline_<tag>.json)."""
+    result = json.loads(json_path.read_text())
+    tag = json_path.stem.removeprefix("linear_timeline_")
+    write_outputs(result, json_path.parent, tag)
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", metavar="N,K", default=None, help="weight shapes (default: four of the decode stream's)")
@@ -152,7 +197,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     p.add_argument("--format", choices=["nvfp4", "mxfp4"], default="nvfp4")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+    p.add_argument("--replot", metavar="JSON", default=None,
+                   help="draw the .md and .png of a saved linear_timeline_<tag>.json again (no GPU needed)")
     args = p.parse_args(argv)
+    if args.replot:
+        return replot(pathlib.Path(args.replot))
     if not torch.cuda.is_available():
         print("linear_timeline needs a CUDA GPU", file=sys.stderr)
         return None
@@ -173,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             print("  " + ", ".join(f"{key} {row[key]:.2f}" if isinstance(row[key], float) else f"{key} {row[key]}"
                                    for key in row), flush=True)
             (out / f"linear_timeline_{tag}.json").write_text(json.dumps(result, indent=1))
-    (out / f"linear_timeline_{tag}.md").write_text(markdown(result))
+    write_outputs(result, out, tag)
     print(markdown(result))
     return result
 

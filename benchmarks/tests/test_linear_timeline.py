@@ -87,3 +87,23 @@ def test_without_a_gpu_it_says_so(capsys, monkeypatch):
     monkeypatch.setattr(tl.torch.cuda, "is_available", lambda: False)
     assert tl.main([]) is None
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_replot_draws_a_saved_run_again(tmp_path, monkeypatch):
+    rng = random.Random()
+    rows = []
+    for n, k in [(4096, 4096), (14336, 4096)]:
+        for m in (1, 16):
+            tail, rest = rng.uniform(0.5, 3.0), rng.uniform(3.0, 30.0)
+            rows.append({"n": n, "k": k, "format": "nvfp4", "rows": m, "layers": 8, "kernels": ["main", "reduce"],
+                         "prep_us": 0.0, "main_us": rest + 2.0, "reduce_tail_us": tail, "handoff_us": -2.0,
+                         "period_us": rest + tail, "unprofiled_us": (rest + tail) * rng.uniform(0.95, 1.05)})
+    saved = tmp_path / "linear_timeline_test.json"
+    saved.write_text(tl.json.dumps({"banner_line": "GPU | torch | commit", "rows": rows}))
+    # Replotting needs no GPU.
+    monkeypatch.setattr(tl.torch.cuda, "is_available", lambda: False)
+    result = tl.main(["--replot", str(saved)])
+    assert result["rows"] == rows
+    png = tmp_path / "linear_timeline_test.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "linear_timeline_test.md").read_text().count("| nvfp4 ") == len(rows)
