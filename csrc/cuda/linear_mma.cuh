@@ -890,21 +890,34 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
   linear_mma_cta<Layout>(args, th, count, smem);
 }
 
+// Ranges whose partials the reduction kernels load before they add them.
+constexpr int kLinearReduceBatch = 8;
+
 // The K ranges' sums added in range order, then linear_store. Runs as the programmatic dependent
-// of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first.
+// of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first. Each batch
+// of ranges' loads is issued before its adds, so that they wait on memory together: a plain loop
+// over the run-time range count compiles to loads that wait for the adds before them, one more
+// trip to L2 for every few ranges, and at decode rows that trip is most of the kernel's time.
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
   linear_dependent_start();  // the next layer may prefetch its weight meanwhile
   const int64_t total = args.m * args.n;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = args.partials[e];
-    for (int s = 1; s < args.splits; ++s) sum = __fadd_rn(sum, args.partials[s * total + e]);
+    for (int s0 = 1; s0 < args.splits; s0 += kLinearReduceBatch) {
+      float batch[kLinearReduceBatch];
+#pragma unroll
+      for (int b = 0; b < kLinearReduceBatch; ++b) {
+        if (s0 + b < args.splits) batch[b] = args.partials[(s0 + b) * total + e];
+      }
+#pragma unroll
+      for (int b = 0; b < kLinearReduceBatch; ++b) {
+        if (s0 + b < args.splits) sum = __fadd_rn(sum, batch[b]);
+      }
+    }
     linear_store(args, e / args.n, e % args.n, sum);
   }
 }
-
-// Ranges whose partials linear_reduce4_kernel loads before it adds them.
-constexpr int kLinearReduceBatch = 8;
 
 // linear_reduce_kernel four features a thread, for N % 4 == 0 (launch_reduce): 16-byte loads, one
 // index division per four outputs, and each batch of ranges' loads issued before its adds, so
