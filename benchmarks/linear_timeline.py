@@ -17,7 +17,9 @@ also gives the same graph's time per layer without the profiler (`unprofiled`, d
 measure: the median of REPLAYS replays over the layer count).
 
 Writes linear_timeline_<tag>.json, .md and .png under --out. Needs a CUDA GPU, except
-`--replot JSON`, which draws the table and plot of a saved run again.
+`--replot JSON`, which draws the table and plot of a saved run again, and `--compare BASE NEW`,
+which prints each phase of two saved runs (two builds, e.g. the sides of benchmarks/ab_bench.py)
+side by side with the change, for the rows both measured.
 """
 
 from __future__ import annotations
@@ -190,6 +192,28 @@ def replot(json_path: pathlib.Path) -> dict:
     return result
 
 
+def row_key(row: dict) -> tuple:
+    return row["n"], row["k"], row["format"], row["rows"]
+
+
+def comparison(base: dict, new: dict) -> str:
+    """Markdown: for each (shape, format, rows) in both runs, every phase base -> new (us) and the
+    change new - base, so that a slower period shows which phase moved."""
+    base_rows = {row_key(r): r for r in base["rows"]}
+    names = (*PHASES, "unprofiled")
+    head = ["N x K", "format", "rows", *(f"{name} us" for name in names)]
+    body = []
+    for r in new["rows"]:
+        b = base_rows.get(row_key(r))
+        if b is None:
+            continue
+        cells = [f"{b[f'{name}_us']:.2f} -> {r[f'{name}_us']:.2f} ({r[f'{name}_us'] - b[f'{name}_us']:+.2f})" for name in names]
+        body.append([f"{r['n']} x {r['k']}", r["format"], r["rows"], *cells])
+    return (f"# Linear layer timeline, two runs\n\nbase: {base['banner_line']}\n\nnew: {new['banner_line']}\n\n"
+            "Each phase base -> new (new - base), us; rows measured by both runs only.\n\n"
+            + (tabulate(body, head, tablefmt="github") if body else "(no row in common)") + "\n")
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", metavar="N,K", default=None, help="weight shapes (default: four of the decode stream's)")
@@ -199,9 +223,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
     p.add_argument("--replot", metavar="JSON", default=None,
                    help="draw the .md and .png of a saved linear_timeline_<tag>.json again (no GPU needed)")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"), default=None,
+                   help="print two saved runs' phases side by side (no GPU needed)")
     args = p.parse_args(argv)
     if args.replot:
         return replot(pathlib.Path(args.replot))
+    if args.compare:
+        base, new = (json.loads(pathlib.Path(path).read_text()) for path in args.compare)
+        print(comparison(base, new))
+        return {"base": base, "new": new}
     if not torch.cuda.is_available():
         print("linear_timeline needs a CUDA GPU", file=sys.stderr)
         return None

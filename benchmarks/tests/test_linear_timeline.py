@@ -107,3 +107,37 @@ def test_replot_draws_a_saved_run_again(tmp_path, monkeypatch):
     png = tmp_path / "linear_timeline_test.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "linear_timeline_test.md").read_text().count("| nvfp4 ") == len(rows)
+
+
+def test_compare_shows_each_phase_change_for_rows_in_both_runs(capsys):
+    rng = random.Random()
+
+    def run(rows_measured, banner):
+        rows = []
+        for m in rows_measured:
+            phases = {f"{name}_us": rng.uniform(-3.0, 30.0) for name in tl.PHASES}
+            rows.append({"n": 4096, "k": 4096, "format": "nvfp4", "rows": m, "layers": 27, "kernels": ["main"],
+                         **phases, "unprofiled_us": rng.uniform(1.0, 30.0)})
+        return {"banner_line": banner, "rows": rows}
+
+    base, new = run([1, 16, 64], "base GPU"), run([16, 64, 128], "new GPU")
+    text = tl.comparison(base, new)
+    assert "base: base GPU" in text and "new: new GPU" in text
+    assert text.count("| 4096 x 4096 |") == 2  # 16 and 64 rows: the rows both runs measured
+    b16, n16 = base["rows"][1], new["rows"][0]
+    delta = n16["period_us"] - b16["period_us"]
+    assert f"{b16['period_us']:.2f} -> {n16['period_us']:.2f} ({delta:+.2f})" in text
+    assert "no row in common" in tl.comparison(run([1], "a"), run([2], "b"))
+
+
+def test_compare_from_the_command_line(tmp_path, capsys, monkeypatch):
+    row = {"n": 1024, "k": 8192, "format": "mxfp4", "rows": 8, "layers": 54, "kernels": ["main", "reduce"],
+           **{f"{name}_us": 2.0 for name in tl.PHASES}, "unprofiled_us": 2.5}
+    paths = []
+    for name, period in (("base", 6.0), ("new", 5.5)):
+        path = tmp_path / f"linear_timeline_{name}.json"
+        path.write_text(tl.json.dumps({"banner_line": name, "rows": [{**row, "period_us": period}]}))
+        paths.append(str(path))
+    monkeypatch.setattr(tl.torch.cuda, "is_available", lambda: False)
+    tl.main(["--compare", *paths])
+    assert "6.00 -> 5.50 (-0.50)" in capsys.readouterr().out
