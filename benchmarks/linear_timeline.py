@@ -44,6 +44,10 @@ from .suite.harness import banner
 SHAPES = [(4096, 4096), (1024, 8192), (14336, 4096), (28672, 8192)]
 ROWS = [1, 8, 16, 64]
 REPLAYS = 3
+# Layers per graph at least: each replay's last layer gives no period, and with few layers the
+# first and last layers' start-up and drain weigh on the medians (two layers a replay put the
+# profiled period of 28672 x 8192 6-28% below the unprofiled time per layer).
+MIN_LAYERS = 8
 PHASES = ("prep", "main", "reduce_tail", "handoff", "period")
 
 
@@ -118,7 +122,7 @@ def profiled_kernels(graph: torch.cuda.CUDAGraph, replays: int) -> list[list[Ker
 
 def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> dict:
     n, k = shape
-    copies = layer_count(n, k, fmt, l2_bytes)
+    copies = layer_count(n, k, fmt, l2_bytes, minimum=MIN_LAYERS)
     layers, _ = make_layers([shape], copies, fmt, torch.bfloat16, device)
     x = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
     with torch.no_grad():
