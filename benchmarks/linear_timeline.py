@@ -45,8 +45,8 @@ SHAPES = [(4096, 4096), (1024, 8192), (14336, 4096), (28672, 8192)]
 ROWS = [1, 8, 16, 64]
 REPLAYS = 3
 # Layers per graph at least: each replay's last layer gives no period, and with few layers the
-# first and last layers' start-up and drain weigh on the medians (two layers a replay put the
-# profiled period of 28672 x 8192 6-28% below the unprofiled time per layer).
+# first and last layers' start-up and drain weigh on the medians (docs/performance.md, the
+# timeline's 28672 x 8192 rows).
 MIN_LAYERS = 8
 PHASES = ("prep", "main", "reduce_tail", "handoff", "period")
 
