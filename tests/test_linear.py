@@ -272,6 +272,25 @@ def test_k_range_partials_of_a_partial_last_tile(n, fmt):
 
 @requires_cuda
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("n", "k"), [(512, 14336), (130, 16384)])
+def test_more_k_ranges_than_one_batch_of_loads(n, k, fmt):
+    """More K ranges than the reductions load at once (kLinearReduceBatch, 8): 512 x 14336 has 28
+    ranges, 130 x 16384 has 32 (linear_splits), so each output's partials are added over several
+    batches of loads. 512 x 14336 is reduced one feature a thread up to 16 rows and four above, so
+    each row bitwise its one-row call across 1-64 rows compares the two reduction kernels' orders;
+    130 (no multiple of 4) takes the one-feature kernel at every row count. Within SPEC 5's bound."""
+    assert linear_splits(n, k) > 2 * 8
+    w = weight(fmt, n, k, "cuda")
+    pool = activations("bfloat16", fmt, (64, k), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    for m in (5, 16, 40, 64):
+        assert_rows_match_single_calls(w, pool, singles, m)
+    x = rows_of(pool, slice(0, 16))
+    assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
+
+
+@requires_cuda
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_64_row_ctas_of_twelve_warps(fmt):
     """6144 x 4096 (a fused q/k/v weight): at 33-64 rows on Hopper its grid of 8-warp CTAs would put
     two CTAs on some SMs and one on the others, so its CTAs take 12 warps instead
