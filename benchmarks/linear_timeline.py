@@ -39,7 +39,7 @@ from fp4ops.timing import timed_calls
 
 from .decode_stream import REPLAYS as TIMED_REPLAYS
 from .decode_stream import captured_graph, layer_count, make_layers
-from .suite.harness import banner
+from .suite.harness import banner, banner_line
 
 SHAPES = [(4096, 4096), (1024, 8192), (14336, 4096), (28672, 8192)]
 ROWS = [1, 8, 16, 64]
@@ -243,8 +243,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     device = torch.device("cuda")
     info = banner(device)
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    line = f"{info['gpu']} (driver {info.get('driver', '-')}) | torch {info['torch']}, CUDA {info['cuda']} | commit {info['commit']}"
-    result = {"banner": info, "banner_line": line, "rows": []}
+    result = {"banner": info, "banner_line": banner_line(info), "rows": []}
     print(result["banner_line"], flush=True)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

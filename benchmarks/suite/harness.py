@@ -208,8 +208,12 @@ def banner(device: torch.device) -> dict:
     return info
 
 
-def banner_line(info: dict, ceilings: dict[str, float]) -> str:
+def banner_line(info: dict, ceilings: dict[str, float] | None = None) -> str:
+    """The banner as one line; with the same-run ceilings where the run measured them."""
     clocks = (f", SM {info['sm_clock_mhz']}/{info['max_sm_clock_mhz']} MHz, memory {info['mem_clock_mhz']} MHz"
               if "sm_clock_mhz" in info else "")
-    return (f"{info['gpu']} (driver {info.get('driver', '-')}{clocks}) | torch {info['torch']}, CUDA {info['cuda']} | "
-            f"commit {info['commit']} | same-run copy {ceilings['copy']:.0f} GB/s, read {ceilings['read']:.0f} GB/s")
+    line = (f"{info['gpu']} (driver {info.get('driver', '-')}{clocks}) | torch {info['torch']}, CUDA {info['cuda']} | "
+            f"commit {info['commit']}")
+    if ceilings is not None:
+        line += f" | same-run copy {ceilings['copy']:.0f} GB/s, read {ceilings['read']:.0f} GB/s"
+    return line
