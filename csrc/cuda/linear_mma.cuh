@@ -897,7 +897,9 @@ constexpr int kLinearReduceBatch = 8;
 // of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first. Each batch
 // of ranges' loads is issued before its adds, so that they wait on memory together: a plain loop
 // over the run-time range count compiles to loads that wait for the adds before them, one more
-// trip to L2 for every few ranges, and at decode rows that trip is most of the kernel's time.
+// trip to L2 for every few ranges, and at decode rows that trip is most of the kernel's time. Not
+// shared with linear_reduce4_kernel's loop: as one template for both, ptxas left three of that
+// kernel's eight 16-byte loads behind its first adds.
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
   linear_dependent_start();  // the next layer may prefetch its weight meanwhile
   const int64_t total = args.m * args.n;
