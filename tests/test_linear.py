@@ -259,15 +259,8 @@ def test_k_range_partials_of_a_partial_last_tile(n, fmt):
     must skip the rows past N), and 130 is no multiple of 4 (no row of the partials starts on a
     16-byte boundary). Each row bitwise its one-row call at 1-64 rows (and 100 with
     batch_invariant), within SPEC 5's bound at 64."""
-    k = 4096
-    w = weight(fmt, n, k, "cuda")
-    pool = activations("bfloat16", fmt, (100, k), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(100)])
-    for m in (2, 9, 17, 33, 64):
-        assert_rows_match_single_calls(w, pool, singles, m)
+    w, pool, singles = assert_rows_are_single_calls_within_bound(fmt, n, 4096, (2, 9, 17, 33, 64), 64, pool_rows=100)
     assert_rows_match_single_calls(w, pool, singles, 100, batch_invariant=True)
-    x = rows_of(pool, slice(0, 64))
-    assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
 
 
 @requires_cuda
@@ -280,13 +273,7 @@ def test_more_k_ranges_than_one_batch_of_loads(n, k, fmt):
     each row bitwise its one-row call across 1-64 rows compares the two reduction kernels' orders;
     130 (no multiple of 4) takes the one-feature kernel at every row count. Within SPEC 5's bound."""
     assert linear_splits(n, k) > 2 * 8
-    w = weight(fmt, n, k, "cuda")
-    pool = activations("bfloat16", fmt, (64, k), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
-    for m in (5, 16, 40, 64):
-        assert_rows_match_single_calls(w, pool, singles, m)
-    x = rows_of(pool, slice(0, 16))
-    assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
+    assert_rows_are_single_calls_within_bound(fmt, n, k, (5, 16, 40, 64), 16)
 
 
 @requires_cuda
@@ -295,14 +282,21 @@ def test_64_row_ctas_of_twelve_warps(fmt):
     """6144 x 4096 (a fused q/k/v weight): at 33-64 rows on Hopper its grid of 8-warp CTAs would put
     two CTAs on some SMs and one on the others, so its CTAs take 12 warps instead
     (linear_wgmma_64_row_warps). Each row bitwise its one-row call; within SPEC 5's bound at 64."""
-    n, k = 6144, 4096
+    assert_rows_are_single_calls_within_bound(fmt, 6144, 4096, (33, 48, 64), 64)
+
+
+def assert_rows_are_single_calls_within_bound(fmt: str, n: int, k: int, row_counts, bound_rows: int, pool_rows: int = 64):
+    """On CUDA, an N x K weight of `fmt` and a pool of `pool_rows` random bf16 rows: linear of m of
+    them is, row by row, their one-row calls, for each m in row_counts; the first bound_rows rows
+    within SPEC 5's bound. Returns the weight, the pool and the one-row results."""
     w = weight(fmt, n, k, "cuda")
-    pool = activations("bfloat16", fmt, (64, k), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
-    for m in (33, 48, 64):
+    pool = activations("bfloat16", fmt, (pool_rows, k), "cuda")
+    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(pool_rows)])
+    for m in row_counts:
         assert_rows_match_single_calls(w, pool, singles, m)
-    x = rows_of(pool, slice(0, 64))
+    x = rows_of(pool, slice(0, bound_rows))
     assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
+    return w, pool, singles
 
 
 def assert_rows_match_single_calls(w, pool, singles: torch.Tensor, m: int, **kwargs) -> None:
