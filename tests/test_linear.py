@@ -55,6 +55,12 @@ def rows_of(x, index):
     return dataclasses.replace(x, data=x.data[index], scales=scales)
 
 
+def one_row_calls(pool, w, **kwargs) -> torch.Tensor:
+    """linear of each row of `pool` alone, stacked: the references of the batch-invariance tests."""
+    rows = pool.shape[0] if isinstance(pool, torch.Tensor) else pool.data.shape[0]
+    return torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w, **kwargs) for i in range(rows)])
+
+
 def to_device(t, device: str):
     if t is None or isinstance(t, torch.Tensor):
         return None if t is None else t.to(device)
@@ -291,7 +297,7 @@ def assert_rows_are_single_calls_within_bound(fmt: str, n: int, k: int, row_coun
     within SPEC 5's bound. Returns the weight, the pool and the one-row results."""
     w = weight(fmt, n, k, "cuda")
     pool = activations("bfloat16", fmt, (pool_rows, k), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(pool_rows)])
+    singles = one_row_calls(pool, w)
     for m in row_counts:
         assert_rows_match_single_calls(w, pool, singles, m)
     x = rows_of(pool, slice(0, bound_rows))
@@ -318,7 +324,7 @@ def test_each_row_independent_of_the_batch_up_to_64_rows(device, k, fmt, x_kind)
     rows drawn at random from a pool."""
     w = weight(fmt, 72, k, device)
     pool = activations(x_kind, fmt, (64, k), device)
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    singles = one_row_calls(pool, w)
     for m in range(1, 65):
         assert_rows_match_single_calls(w, pool, singles, m)
 
@@ -333,7 +339,7 @@ def test_long_k_ranges_agree_across_row_counts(fmt, x_kind):
     batch bitwise equals its one-row call, and the first rows are within SPEC 5's bound."""
     w = weight(fmt, 10240, 8576, "cuda")
     pool = activations(x_kind, fmt, (64, 8576), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    singles = one_row_calls(pool, w)
     for m in (2, 8, 9, 13, 16, 17, 27, 32, 33, 64):
         assert_rows_match_single_calls(w, pool, singles, m)
     assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, getattr(torch, x_kind), "cuda")
@@ -349,7 +355,7 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
     equals its one-row call, and the first rows are within SPEC 5's bound."""
     w = weight(fmt, 1024, 8192, "cuda")
     pool = activations(x_kind, fmt, (64, 8192), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    singles = one_row_calls(pool, w)
     for m in (32, 33, 40, 47, 63, 64):
         assert_rows_match_single_calls(w, pool, singles, m)
     assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
@@ -373,7 +379,7 @@ def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n
                     "(compute capability 9.0, sm_90a) and a grid that linear_row_bounds takes")
     w = weight(fmt, n, k, "cuda")
     pool = activations(x_kind, fmt, (200, k), "cuda")
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
+    singles = one_row_calls(pool, w)
     for m in (65, 66, 72, 97, 120, 127, 128):
         assert_rows_match_single_calls(w, pool, singles, m)
     for m in (129, 200):
@@ -405,7 +411,7 @@ def test_rows_past_the_bound_take_the_path_the_tests_expect(n, k, fmt):
 def test_batch_invariant_above_64_rows(device, fmt, x_kind):
     w = weight(fmt, 72, 1024, device)
     pool = activations(x_kind, fmt, (200, 1024), device)
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(200)])
+    singles = one_row_calls(pool, w)
     for m in (65, 100, 200):
         assert_rows_match_single_calls(w, pool, singles, m, batch_invariant=True)
 

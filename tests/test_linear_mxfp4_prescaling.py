@@ -18,7 +18,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import requires_cuda
-from test_linear import assert_rows_match_single_calls, assert_within_bound, kernel_family_rows, rows_of
+from test_linear import assert_rows_match_single_calls, assert_within_bound, kernel_family_rows, one_row_calls
 
 import fp4ops
 
@@ -74,7 +74,7 @@ def test_window_edges_within_bound(n, k, out_dtype, x_dtype):
 def test_window_edges_rows_match_single_calls(n, k, x_dtype):
     w = edge_weight(n, k)
     pool = torch.randn(64, k, device="cuda", dtype=x_dtype)
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(64)])
+    singles = one_row_calls(pool, w)
     for m in range(1, 65):
         assert_rows_match_single_calls(w, pool, singles, m)
 
@@ -91,7 +91,7 @@ def test_window_edges_up_to_128_rows_on_the_warpgroup_mma(x_dtype):
                     "(compute capability 9.0, sm_90a) and a grid that linear_row_bounds takes")
     w = edge_weight(n, k)
     pool = torch.randn(160, k, device="cuda", dtype=x_dtype)
-    singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w) for i in range(160)])
+    singles = one_row_calls(pool, w)
     for m in (65, 100, 128):
         assert_rows_match_single_calls(w, pool, singles, m)
     assert_rows_match_single_calls(w, pool, singles, 160, batch_invariant=True)

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import requires_cuda, same_bits
-from test_linear import assert_within_bound, rows_of
+from test_linear import assert_within_bound, one_row_calls, rows_of
 
 import fp4ops
 
@@ -83,7 +83,7 @@ def test_rows_match_single_calls_whatever_the_batch(n, k, out_dtype):
     batches += [torch.randint(0, 16, (m,)).tolist() for m in (17, 40, 64)]
     as_int = torch.int32 if out_dtype == torch.float32 else torch.int16
     for name, w in weights(n, k).items():
-        singles = torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w, out_dtype=out_dtype) for i in range(16)])
+        singles = one_row_calls(pool, w, out_dtype=out_dtype)
         for rows in batches:
             y = fp4ops.linear(rows_of(pool, torch.tensor(rows, device="cuda")), w, out_dtype=out_dtype)
             same = (y.view(as_int) == singles[rows].view(as_int)).all(dim=1).cpu()
