@@ -677,8 +677,41 @@ __device__ __forceinline__ Regs4 dense_b_from_global(const LinearArgs& args, con
   return {{v.x, v.y, v.z, v.w}};
 }
 
+// What out[token, feature] takes besides its sum: the global scales (NVFP4 W's, FP4 x's) and the
+// bias element, each applied only where the call has one (a multiply by 1 or an add of 0 could
+// change a NaN's payload or a -0). The reductions read them with their first loads: read at the
+// store, after the adds, they cost one more trip to memory at the end of a short kernel.
+struct LinearGlobalScales {
+  float w, x;
+  bool has_w, has_x;
+};
+__device__ __forceinline__ LinearGlobalScales linear_global_scales(const LinearArgs& args) {
+  return {args.w_global != nullptr ? *args.w_global : 1.0f, args.x_global != nullptr ? *args.x_global : 1.0f,
+          args.w_global != nullptr, args.x_global != nullptr};
+}
+__device__ __forceinline__ float linear_bias(const LinearArgs& args, int64_t feature) {
+  switch (args.bias_type) {
+    case LinearBias::kFloat: return static_cast<const float*>(args.bias)[feature];
+    case LinearBias::kHalf: return __half2float(static_cast<const __half*>(args.bias)[feature]);
+    case LinearBias::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(args.bias)[feature]);
+    default: return 0.0f;
+  }
+}
+
+// out[token, feature] = y, rounded once to the output type.
+__device__ __forceinline__ void linear_put(const LinearArgs& args, int64_t token, int64_t feature, float y) {
+  const int64_t at = token * args.n + feature;
+  switch (args.out_type) {
+    case LinearOut::kFloat: static_cast<float*>(args.out)[at] = y; break;
+    case LinearOut::kHalf: static_cast<__half*>(args.out)[at] = __float2half_rn(y); break;
+    default: static_cast<__nv_bfloat16*>(args.out)[at] = __float2bfloat16_rn(y); break;
+  }
+}
+
 // out[token, feature] from a K range's sum (or the sum of all ranges): the global scales, then the
-// bias, then one rounding to the output type.
+// bias, then one rounding to the output type. The first form reads them at the store (the linear
+// kernels' own stores, after their main loop; its bias switch is its own, as linear_bias ptxas
+// compiled those kernels' tails differently); the second takes them read before (the reductions).
 __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t token, int64_t feature, float sum) {
   float y = sum;
   if (args.w_global != nullptr) y = mul_rn(y, *args.w_global);
@@ -689,12 +722,15 @@ __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t tok
     case LinearBias::kBFloat16: y = __fadd_rn(y, __bfloat162float(static_cast<const __nv_bfloat16*>(args.bias)[feature])); break;
     default: break;
   }
-  const int64_t at = token * args.n + feature;
-  switch (args.out_type) {
-    case LinearOut::kFloat: static_cast<float*>(args.out)[at] = y; break;
-    case LinearOut::kHalf: static_cast<__half*>(args.out)[at] = __float2half_rn(y); break;
-    default: static_cast<__nv_bfloat16*>(args.out)[at] = __float2bfloat16_rn(y); break;
-  }
+  linear_put(args, token, feature, y);
+}
+__device__ __forceinline__ void linear_store(const LinearArgs& args, const LinearGlobalScales& scales, float bias, int64_t token,
+                                             int64_t feature, float sum) {
+  float y = sum;
+  if (scales.has_w) y = mul_rn(y, scales.w);
+  if (scales.has_x) y = mul_rn(y, scales.x);
+  if (args.bias_type != LinearBias::kNone) y = __fadd_rn(y, bias);
+  linear_put(args, token, feature, y);
 }
 
 // At least two CTAs per SM (at most 128 registers) where ptxas would otherwise use fewer registers
@@ -893,8 +929,9 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
 // Ranges whose partials the reduction kernels load before they add them.
 constexpr int kLinearReduceBatch = 8;
 
-// The K ranges' sums added in range order, then linear_store. Runs as the programmatic dependent
-// of linear_mma_kernel (launch_dependent), so it waits for that kernel's writes first. Each batch
+// The K ranges' sums added in range order, then linear_store, with the global scales and the bias
+// element read before the partials. Runs as the programmatic dependent of linear_mma_kernel
+// (launch_dependent), so it waits for that kernel's writes first. Each batch
 // of ranges' loads is issued before its adds, so that they wait on memory together: a plain loop
 // over the run-time range count compiles to loads that wait for the adds before them, one more
 // trip to L2 for every few ranges, and at decode rows that trip is most of the kernel's time. Not
@@ -903,8 +940,10 @@ constexpr int kLinearReduceBatch = 8;
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
   linear_dependent_start();  // the next layer may prefetch its weight meanwhile
   const int64_t total = args.m * args.n;
+  const LinearGlobalScales scales = linear_global_scales(args);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float bias = linear_bias(args, e % args.n);
     float sum = args.partials[e];
     for (int s0 = 1; s0 < args.splits; s0 += kLinearReduceBatch) {
       float batch[kLinearReduceBatch];
@@ -917,17 +956,20 @@ __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
         if (s0 + b < args.splits) sum = __fadd_rn(sum, batch[b]);
       }
     }
-    linear_store(args, e / args.n, e % args.n, sum);
+    linear_store(args, scales, bias, e / args.n, e % args.n, sum);
   }
 }
 
 // linear_reduce_kernel four features a thread, for N % 4 == 0 (launch_reduce): 16-byte loads, one
 // index division per four outputs, and each batch of ranges' loads issued before its adds, so
-// that they are in flight together; the adds keep range order, so the sums are the same.
+// that they are in flight together; the adds keep range order, so the sums are the same. The
+// global scales are read first, the bias at the stores: its four elements read first held
+// registers that made ptxas leave three of the eight loads behind the adds.
 __global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
   linear_dependent_start();
   const int64_t quads = args.m * args.n / 4;
   const float4* partials = reinterpret_cast<const float4*>(args.partials);
+  const LinearGlobalScales scales = linear_global_scales(args);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < quads;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float4 sum = partials[e];
@@ -946,10 +988,10 @@ __global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
       }
     }
     const int64_t token = 4 * e / args.n, feature = 4 * e % args.n;
-    linear_store(args, token, feature, sum.x);
-    linear_store(args, token, feature + 1, sum.y);
-    linear_store(args, token, feature + 2, sum.z);
-    linear_store(args, token, feature + 3, sum.w);
+    linear_store(args, scales, linear_bias(args, feature), token, feature, sum.x);
+    linear_store(args, scales, linear_bias(args, feature + 1), token, feature + 1, sum.y);
+    linear_store(args, scales, linear_bias(args, feature + 2), token, feature + 2, sum.z);
+    linear_store(args, scales, linear_bias(args, feature + 3), token, feature + 3, sum.w);
   }
 }
 
