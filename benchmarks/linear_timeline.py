@@ -1,7 +1,7 @@
 """Where a linear layer's time goes in the decode stream: the kernels' timeline inside the CUDA graph.
 
     python -m benchmarks.linear_timeline                                   # default shapes and rows
-    python -m benchmarks.linear_timeline --shapes 4096,4096 --rows 1 16 --format mxfp4
+    python -m benchmarks.linear_timeline --shapes 4096,4096 --rows 1 16 --formats nvfp4 mxfp4
 
 The decode stream (benchmarks/decode_stream.py) times a graph of distinct FP4Linear layers as a
 whole. This replays the same graph under the PyTorch profiler and reads each kernel's start and end
@@ -162,7 +162,9 @@ def plot(result: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
-    labels = [f"{r['n']} x {r['k']}, {r['rows']} row{'s' if r['rows'] != 1 else ''}" for r in rows]
+    formats = sorted({r["format"] for r in rows})
+    labels = [f"{r['n']} x {r['k']}, {r['rows']} row{'s' if r['rows'] != 1 else ''}"
+              + (f", {r['format']}" if len(formats) > 1 else "") for r in rows]
     tails = [r["reduce_tail_us"] for r in rows]
     rest = [r["period_us"] - r["reduce_tail_us"] for r in rows]
     height = 0.32 * len(rows) + 1.8  # inches
@@ -175,7 +177,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
     ax.set_yticks(list(places), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel="us per layer (median over the layers of the replays)",
-           title=f"Where a linear layer's time goes in the decode graph ({rows[0]['format'] if rows else '-'})")
+           title=f"Where a linear layer's time goes in the decode graph ({', '.join(formats) or '-'})")
     fig.legend(fontsize=7, loc="lower center", ncol=3)
     fig.suptitle(result["banner_line"], fontsize=8)
     fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # a 0.3-inch strip at the bottom for the legend
@@ -218,18 +220,23 @@ def comparison(base: dict, new: dict) -> str:
             + (tabulate(body, head, tablefmt="github") if body else "(no row in common)") + "\n")
 
 
-def main(argv: list[str] | None = None) -> dict | None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", metavar="N,K", default=None, help="weight shapes (default: four of the decode stream's)")
     p.add_argument("--rows", type=int, nargs="+", default=ROWS)
-    p.add_argument("--format", choices=["nvfp4", "mxfp4"], default="nvfp4")
+    p.add_argument("--formats", "--format", nargs="+", choices=["nvfp4", "mxfp4"], default=["nvfp4"],
+                   help="weight formats, each shape and row count timed in each (default: nvfp4)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
     p.add_argument("--replot", metavar="JSON", default=None,
                    help="draw the .md and .png of a saved linear_timeline_<tag>.json again (no GPU needed)")
     p.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"), default=None,
                    help="print two saved runs' phases side by side (no GPU needed)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parse_args(argv)
     if args.replot:
         return replot(pathlib.Path(args.replot))
     if args.compare:
@@ -248,13 +255,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = args.tag or info["gpu"].split()[-1].lower()  # "NVIDIA H200" -> h200, as decode_stream names its files
-    for shape in shapes:
-        for rows in args.rows:
-            row = measure(shape, rows, args.format, device, l2_bytes)
-            result["rows"].append(row)
-            print("  " + ", ".join(f"{key} {row[key]:.2f}" if isinstance(row[key], float) else f"{key} {row[key]}"
-                                   for key in row), flush=True)
-            (out / f"linear_timeline_{tag}.json").write_text(json.dumps(result, indent=1))
+    for shape, rows, fmt in itertools.product(shapes, args.rows, args.formats):
+        row = measure(shape, rows, fmt, device, l2_bytes)
+        result["rows"].append(row)
+        print("  " + ", ".join(f"{key} {row[key]:.2f}" if isinstance(row[key], float) else f"{key} {row[key]}"
+                               for key in row), flush=True)
+        (out / f"linear_timeline_{tag}.json").write_text(json.dumps(result, indent=1))
     write_outputs(result, out, tag)
     print(markdown(result))
     return result

@@ -4,6 +4,7 @@ here, random where the arithmetic allows."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -89,13 +90,22 @@ def test_without_a_gpu_it_says_so(capsys, monkeypatch):
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
-def test_replot_draws_a_saved_run_again(tmp_path, monkeypatch):
+def test_formats_are_one_or_several():
+    assert tl.parse_args([]).formats == ["nvfp4"]
+    assert tl.parse_args(["--format", "mxfp4"]).formats == ["mxfp4"]
+    assert tl.parse_args(["--formats", "nvfp4", "mxfp4"]).formats == ["nvfp4", "mxfp4"]
+    with pytest.raises(SystemExit):
+        tl.parse_args(["--formats", "fp8"])
+
+
+@pytest.mark.parametrize("formats", [("nvfp4",), ("nvfp4", "mxfp4")])
+def test_replot_draws_a_saved_run_again(tmp_path, monkeypatch, formats):
     rng = random.Random()
     rows = []
     for n, k in [(4096, 4096), (14336, 4096)]:
-        for m in (1, 16):
+        for m, fmt in itertools.product((1, 16), formats):
             tail, rest = rng.uniform(0.5, 3.0), rng.uniform(3.0, 30.0)
-            rows.append({"n": n, "k": k, "format": "nvfp4", "rows": m, "layers": 8, "kernels": ["main", "reduce"],
+            rows.append({"n": n, "k": k, "format": fmt, "rows": m, "layers": 8, "kernels": ["main", "reduce"],
                          "prep_us": 0.0, "main_us": rest + 2.0, "reduce_tail_us": tail, "handoff_us": -2.0,
                          "period_us": rest + tail, "unprofiled_us": (rest + tail) * rng.uniform(0.95, 1.05)})
     saved = tmp_path / "linear_timeline_test.json"
@@ -106,7 +116,8 @@ def test_replot_draws_a_saved_run_again(tmp_path, monkeypatch):
     assert result["rows"] == rows
     png = tmp_path / "linear_timeline_test.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (tmp_path / "linear_timeline_test.md").read_text().count("| nvfp4 ") == len(rows)
+    text = (tmp_path / "linear_timeline_test.md").read_text()
+    assert sum(text.count(f"| {fmt} ") for fmt in formats) == len(rows)
 
 
 def test_compare_shows_each_phase_change_for_rows_in_both_runs(capsys):
