@@ -710,8 +710,9 @@ __device__ __forceinline__ void linear_put(const LinearArgs& args, int64_t token
 
 // out[token, feature] from a K range's sum (or the sum of all ranges): the global scales, then the
 // bias, then one rounding to the output type. The first form reads them at the store (the linear
-// kernels' own stores, after their main loop; its bias switch is its own, as linear_bias ptxas
-// compiled those kernels' tails differently); the second takes them read before (the reductions).
+// kernels' own stores, after their main loop; its bias switch is written out, since through
+// linear_bias ptxas compiled those kernels' tails differently); the second takes them read before
+// (the reductions).
 __device__ __forceinline__ void linear_store(const LinearArgs& args, int64_t token, int64_t feature, float sum) {
   float y = sum;
   if (args.w_global != nullptr) y = mul_rn(y, *args.w_global);
@@ -963,8 +964,8 @@ __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
 // linear_reduce_kernel four features a thread, for N % 4 == 0 (launch_reduce): 16-byte loads, one
 // index division per four outputs, and each batch of ranges' loads issued before its adds, so
 // that they are in flight together; the adds keep range order, so the sums are the same. The
-// global scales are read first, the bias at the stores: its four elements read first held
-// registers that made ptxas leave three of the eight loads behind the adds.
+// global scales are read first, the bias at the stores: with its four elements read first, ptxas
+// left three of the eight loads behind the adds.
 __global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
   linear_dependent_start();
   const int64_t quads = args.m * args.n / 4;
