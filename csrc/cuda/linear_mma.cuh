@@ -679,8 +679,12 @@ __device__ __forceinline__ Regs4 dense_b_from_global(const LinearArgs& args, con
 
 // What out[token, feature] takes besides its sum: the global scales (NVFP4 W's, FP4 x's) and the
 // bias element, each applied only where the call has one (a multiply by 1 or an add of 0 could
-// change a NaN's payload or a -0). The reductions read them with their first loads: read at the
-// store, after the adds, they cost one more trip to memory at the end of a short kernel.
+// change a NaN's payload or a -0). The reductions read the global scales before their dependency
+// wait: read at the store, after the adds, they cost one more trip to memory at the end of a short
+// kernel, and read with the partials, one trip to DRAM (a weight's scale leaves L2 while the layers
+// stream their weights) where the partials alone take one to L2. Reading them early is safe:
+// no kernel of the call writes them, and the reductions start only after every CTA of
+// linear_mma_kernel has passed its own wait, so whatever wrote them has completed.
 struct LinearGlobalScales {
   float w, x;
   bool has_w, has_x;
@@ -939,9 +943,9 @@ constexpr int kLinearReduceBatch = 8;
 // shared with linear_reduce4_kernel's loop: as one template for both, ptxas left three of that
 // kernel's eight 16-byte loads behind its first adds.
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
+  const LinearGlobalScales scales = linear_global_scales(args);
   linear_dependent_start();  // the next layer may prefetch its weight meanwhile
   const int64_t total = args.m * args.n;
-  const LinearGlobalScales scales = linear_global_scales(args);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float bias = linear_bias(args, e % args.n);
@@ -967,10 +971,10 @@ __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
 // global scales are read first, the bias at the stores: with its four elements read first, ptxas
 // left three of the eight loads behind the adds.
 __global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
+  const LinearGlobalScales scales = linear_global_scales(args);
   linear_dependent_start();
   const int64_t quads = args.m * args.n / 4;
   const float4* partials = reinterpret_cast<const float4*>(args.partials);
-  const LinearGlobalScales scales = linear_global_scales(args);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < quads;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float4 sum = partials[e];
