@@ -5,6 +5,7 @@
     python -m benchmarks.decode_stream --llama-only           # the Llama-3.1-8B stack, tokens/s
     python -m benchmarks.decode_stream --fp4-only ...         # the FP4 layers alone (A/Bs of kernels)
     python -m benchmarks.decode_stream --batch-invariant ...  # FP4Linear(batch_invariant=True) throughout
+    python -m benchmarks.decode_stream --bias ...             # every layer of the shapes with a bias
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, called back to back in one CUDA graph with no flush between layers; the time
@@ -68,32 +69,33 @@ def layer_count(n: int, k: int, fmt: str, l2_bytes: int, minimum: int = 2) -> in
 
 
 def make_layers(shapes: list[tuple[int, int]], copies: int, fmt: str, dtype: torch.dtype, device,
-                batch_invariant: bool = False) -> tuple[list, list]:
-    """`copies` FP4Linear layers per shape, and the same weights in `dtype` for cuBLAS."""
-    fp4_layers, dense_weights = [], []
+                batch_invariant: bool = False, bias: bool = False) -> tuple[list, list]:
+    """`copies` FP4Linear layers per shape, and the same (weight, bias) in `dtype` for cuBLAS (bias
+    None without `bias`)."""
+    fp4_layers, dense_layers = [], []
     for _ in range(copies):
         for n, k in shapes:
-            linear = torch.nn.Linear(k, n, bias=False, device=device, dtype=dtype)
+            linear = torch.nn.Linear(k, n, bias=bias, device=device, dtype=dtype)
             fp4_layers.append(FP4Linear.from_linear(linear, fmt))
             fp4_layers[-1].batch_invariant = batch_invariant
-            dense_weights.append(linear.weight.detach())
-    return fp4_layers, dense_weights
+            dense_layers.append((linear.weight.detach(), linear.bias.detach() if bias else None))
+    return fp4_layers, dense_layers
 
 
-def implementations(fp4_layers: list, dense_weights: list, fp4_x=None) -> dict:
+def implementations(fp4_layers: list, dense_layers: list, fp4_x=None) -> dict:
     """name -> a callable running x through every layer in turn (each layer's own input: a decode
     step's linears do not feed each other's shapes). fp4_x: the FP4 layers take it (W4A4) instead."""
     def run_fp4(x):
         if fp4_x is not None:
-            return [fp4ops.linear(fp4_x, layer.quantized_weight(), out_dtype=torch.bfloat16,
+            return [fp4ops.linear(fp4_x, layer.quantized_weight(), layer.bias, out_dtype=torch.bfloat16,
                                   batch_invariant=layer.batch_invariant) for layer in fp4_layers]
         return [layer(x) for layer in fp4_layers]
 
     def run_dense(x):
-        return [F.linear(x, w) for w in dense_weights]
+        return [F.linear(x, w, b) for w, b in dense_layers]
 
     def run_dequant(x):
-        return [F.linear(x, layer.quantized_weight().dequantize(x.dtype)) for layer in fp4_layers]
+        return [F.linear(x, layer.quantized_weight().dequantize(x.dtype), layer.bias) for layer in fp4_layers]
 
     return {"bf16": run_dense, "fp4": run_fp4, "dequant": run_dequant}
 
@@ -129,14 +131,14 @@ def target_for(rows: int) -> float | None:
 
 
 def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_only: bool = False,
-                  batch_invariant: bool = False) -> list[dict]:
+                  batch_invariant: bool = False, bias: bool = False) -> list[dict]:
     """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines).
     fp4_only: time the FP4 layers alone (an A/B of kernels, whose baselines do not change)."""
     n, k = shape
     fp4_x = x_kind == "fp4"
     dtype = torch.bfloat16 if fp4_x else getattr(torch, x_kind)
     copies = layer_count(n, k, fmt, l2_bytes) if timer.cuda else 2
-    fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device, batch_invariant)
+    fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device, batch_invariant, bias)
     rows_out = []
     for rows in rows_list:
         x = torch.randn(rows, k, device=timer.device, dtype=dtype)
@@ -171,7 +173,7 @@ def measure_llama(fmt, dtype, rows_list, timer, fp4_only: bool = False, batch_in
     for rows in rows_list:
         # Each linear takes an x of its input width; the stack runs them in model order.
         xs = {k: torch.randn(rows, k, device=timer.device, dtype=dtype) for k in {k for _, k in shapes}}
-        steps = {"bf16": lambda _: [F.linear(xs[w.shape[1]], w) for w in dense],
+        steps = {"bf16": lambda _: [F.linear(xs[w.shape[1]], w) for w, _ in dense],
                  "fp4": lambda _: [layer(xs[layer.in_features]) for layer in fp4_layers]}
         if fp4_only:
             del steps["bf16"]
@@ -192,9 +194,10 @@ def cell(row: dict, key: str, spec: str, suffix: str = "") -> str:
 
 
 def markdown(result: dict) -> str:
-    invariant = " FP4Linear with batch_invariant=True." if result.get("batch_invariant") else ""
+    notes = " FP4Linear with batch_invariant=True." if result.get("batch_invariant") else ""
+    notes += " Every layer of the shapes with a bias." if result.get("bias") else ""
     lines = [f"# Decode stream: {result['banner_line']}", "",
-             f"Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).{invariant}", "",
+             f"Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).{notes}", "",
              "| N x K | format | x | rows | FP4Linear us | bf16 us | dequant + linear us | vs bf16 | target | vs dequant | % of copy |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
@@ -276,6 +279,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="time the FP4 layers alone, not cuBLAS bf16 nor dequantize + F.linear (A/Bs of the kernels)")
     p.add_argument("--batch-invariant", action="store_true",
                    help="FP4Linear(batch_invariant=True): the kernel family in row chunks at every row count")
+    p.add_argument("--bias", action="store_true",
+                   help="every layer of --shapes with a bias in x's dtype (the Llama stack has none)")
     p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"banner": info, "ceilings": ceilings, "banner_line": banner_line(info, ceilings),
-              "batch_invariant": args.batch_invariant, "rows": [], "llama": []}
+              "batch_invariant": args.batch_invariant, "bias": args.bias, "rows": [], "llama": []}
     print(result["banner_line"], flush=True)
     l2_bytes = info.get("l2_mb", 50) << 20
     json_path = out_dir / f"decode_{tag}.json"
@@ -302,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
                     rows_here = [r for r in rows_list if r <= FP4_X_MAX_ROWS] if x_kind == "fp4" else rows_list
                     for shape in shapes:
                         result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes, args.fp4_only,
-                                                        args.batch_invariant)
+                                                        args.batch_invariant, args.bias)
                         json_path.write_text(json.dumps(result, indent=1))
                         if cuda:
                             torch.cuda.empty_cache()

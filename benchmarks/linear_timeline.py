@@ -2,6 +2,7 @@
 
     python -m benchmarks.linear_timeline                                   # default shapes and rows
     python -m benchmarks.linear_timeline --shapes 4096,4096 --rows 1 16 --formats nvfp4 mxfp4
+    python -m benchmarks.linear_timeline --shapes 6144,4096 --rows 1 --bias  # layers with a bias
 
 The decode stream (benchmarks/decode_stream.py) times a graph of distinct FP4Linear layers as a
 whole. This replays the same graph under the PyTorch profiler and reads each kernel's start and end
@@ -120,10 +121,10 @@ def profiled_kernels(graph: torch.cuda.CUDAGraph, replays: int) -> list[list[Ker
     return runs
 
 
-def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> dict:
+def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int, bias: bool = False) -> dict:
     n, k = shape
     copies = layer_count(n, k, fmt, l2_bytes, minimum=MIN_LAYERS)
-    layers, _ = make_layers([shape], copies, fmt, torch.bfloat16, device)
+    layers, _ = make_layers([shape], copies, fmt, torch.bfloat16, device, bias=bias)
     x = torch.randn(rows, k, device=device, dtype=torch.bfloat16)
     with torch.no_grad():
         graph = captured_graph(lambda x: [layer(x) for layer in layers], x, device)
@@ -137,14 +138,19 @@ def measure(shape, rows: int, fmt: str, device: torch.device, l2_bytes: int) -> 
                                "(did the profiler record the graph's kernels?)")
         phases += layer_phases(grouped)
     kinds = sorted({role(kernel.name) for kernel in runs[0]})
-    return {"n": n, "k": k, "format": fmt, "rows": rows, "layers": copies, "kernels": kinds,
+    return {"n": n, "k": k, "format": fmt, "bias": bias, "rows": rows, "layers": copies, "kernels": kinds,
             **{f"{name}_us": value for name, value in median_phases(phases).items()}, "unprofiled_us": unprofiled}
+
+
+def layer_kind(row: dict) -> str:
+    """The weight's format, and "+ bias" for layers with one (runs before --bias have no key)."""
+    return row["format"] + (" + bias" if row.get("bias") else "")
 
 
 def markdown(result: dict) -> str:
     head = ["N x K", "format", "rows", "layers", "prep us", "main us", "reduce tail us", "handoff us", "period us",
             "unprofiled us"]
-    body = [[f"{r['n']} x {r['k']}", r["format"], r["rows"], r["layers"],
+    body = [[f"{r['n']} x {r['k']}", layer_kind(r), r["rows"], r["layers"],
              *(f"{r[f'{name}_us']:.2f}" for name in (*PHASES, "unprofiled"))] for r in result["rows"]]
     return (f"# Linear layer timeline: {result['banner_line']}\n\n"
             "Medians over the layers of each graph replay (python -m benchmarks.linear_timeline); "
@@ -162,9 +168,9 @@ def plot(result: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
-    formats = sorted({r["format"] for r in rows})
+    formats = sorted({layer_kind(r) for r in rows})
     labels = [f"{r['n']} x {r['k']}, {r['rows']} row{'s' if r['rows'] != 1 else ''}"
-              + (f", {r['format']}" if len(formats) > 1 else "") for r in rows]
+              + (f", {layer_kind(r)}" if len(formats) > 1 else "") for r in rows]
     tails = [r["reduce_tail_us"] for r in rows]
     rest = [r["period_us"] - r["reduce_tail_us"] for r in rows]
     height = 0.32 * len(rows) + 1.8  # inches
@@ -199,7 +205,7 @@ def replot(json_path: pathlib.Path) -> dict:
 
 
 def row_key(row: dict) -> tuple:
-    return row["n"], row["k"], row["format"], row["rows"]
+    return row["n"], row["k"], layer_kind(row), row["rows"]
 
 
 def comparison(base: dict, new: dict) -> str:
@@ -214,7 +220,7 @@ def comparison(base: dict, new: dict) -> str:
         if b is None:
             continue
         cells = [f"{b[f'{name}_us']:.2f} -> {r[f'{name}_us']:.2f} ({r[f'{name}_us'] - b[f'{name}_us']:+.2f})" for name in names]
-        body.append([f"{r['n']} x {r['k']}", r["format"], r["rows"], *cells])
+        body.append([f"{r['n']} x {r['k']}", layer_kind(r), r["rows"], *cells])
     return (f"# Linear layer timeline, two runs\n\nbase: {base['banner_line']}\n\nnew: {new['banner_line']}\n\n"
             "Each phase base -> new (new - base), us; rows measured by both runs only.\n\n"
             + (tabulate(body, head, tablefmt="github") if body else "(no row in common)") + "\n")
@@ -226,6 +232,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, nargs="+", default=ROWS)
     p.add_argument("--formats", "--format", nargs="+", choices=["nvfp4", "mxfp4"], default=["nvfp4"],
                    help="weight formats, each shape and row count timed in each (default: nvfp4)")
+    p.add_argument("--bias", action="store_true", help="layers with a bias (bf16, as x)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
     p.add_argument("--replot", metavar="JSON", default=None,
@@ -256,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     tag = args.tag or info["gpu"].split()[-1].lower()  # "NVIDIA H200" -> h200, as decode_stream names its files
     for shape, rows, fmt in itertools.product(shapes, args.rows, args.formats):
-        row = measure(shape, rows, fmt, device, l2_bytes)
+        row = measure(shape, rows, fmt, device, l2_bytes, args.bias)
         result["rows"].append(row)
         print("  " + ", ".join(f"{key} {row[key]:.2f}" if isinstance(row[key], float) else f"{key} {row[key]}"
                                for key in row), flush=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from benchmarks import decode_stream
 
 
@@ -78,3 +80,35 @@ def test_batch_invariant_runs_every_fp4_layer_invariant(tmp_path, monkeypatch):
     assert result["batch_invariant"] and built and all(layer.batch_invariant for layer in built)
     assert "batch_invariant=True" in (tmp_path / "decode_test.md").read_text()
     assert result["rows"][0]["fp4_us"] > 0 and result["llama"]
+
+
+def test_bias_gives_every_shape_layer_a_bias(tmp_path, monkeypatch):
+    """--bias builds every layer of --shapes with a bias (the Llama stack without), passes it to
+    all three implementations, and says so in the table."""
+    built = []
+    original = decode_stream.make_layers
+
+    def recording_make_layers(*args, **kwargs):
+        layers = original(*args, **kwargs)
+        built.append(layers)
+        return layers
+
+    monkeypatch.setattr(decode_stream, "make_layers", recording_make_layers)
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1", "3",
+                                 "--formats", "nvfp4", "--dtypes", "bfloat16", "fp4", "--llama-rows", "1",
+                                 "--bias", "--tag", "test"])
+    assert result["bias"] and "Every layer of the shapes with a bias." in (tmp_path / "decode_test.md").read_text()
+    shape_runs, llama_run = built[:-1], built[-1]
+    assert shape_runs and all(layer.bias is not None and b is not None for fp4, dense in shape_runs
+                              for layer, (_, b) in zip(fp4, dense, strict=True))
+    assert all(layer.bias is None and b is None for layer, (_, b) in zip(*llama_run, strict=True))
+    # The three implementations give one layer's output within the FP4 bound of each other only
+    # if each adds the same bias: check it directly on a layer with a large bias.
+    fp4_layers, dense = shape_runs[0]
+    layer, (w, b) = fp4_layers[0], dense[0]
+    with torch.no_grad():
+        b.fill_(1000.0), layer.bias.fill_(1000.0)
+        x = torch.randn(2, 128, dtype=torch.bfloat16)
+        outs = {name: fn(x)[0].float() for name, fn in decode_stream.implementations(fp4_layers[:1], dense[:1]).items()}
+    assert all((out - 1000).abs().max() < 100 for out in outs.values())
+    assert len(result["rows"]) == 4 and all(row["fp4_us"] > 0 for row in result["rows"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 
@@ -152,3 +153,17 @@ def test_compare_from_the_command_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(tl.torch.cuda, "is_available", lambda: False)
     tl.main(["--compare", *paths])
     assert "6.00 -> 5.50 (-0.50)" in capsys.readouterr().out
+
+
+def test_layers_with_a_bias_are_their_own_rows(capsys):
+    """--bias rows say so in the tables and are compared only with rows that also had a bias; runs
+    saved before the option (no "bias" key) read as without one."""
+    assert not tl.parse_args([]).bias and tl.parse_args(["--bias"]).bias
+    row = {"n": 6144, "k": 4096, "format": "nvfp4", "rows": 1, "layers": 18, "kernels": ["main", "reduce"],
+           **{f"{name}_us": 3.0 for name in tl.PHASES}, "unprofiled_us": 3.5}
+    biased = {**row, "bias": True, "period_us": 2.0}
+    text = tl.markdown({"banner_line": "GPU", "rows": [row, biased]})
+    assert len(re.findall(r"\| nvfp4 \+ bias +\|", text)) == 1 and len(re.findall(r"\| nvfp4 +\|", text)) == 1
+    assert "no row in common" in tl.comparison({"banner_line": "a", "rows": [row]}, {"banner_line": "b", "rows": [biased]})
+    assert "3.00 -> 2.00 (-1.00)" in tl.comparison({"banner_line": "a", "rows": [{**biased, "period_us": 3.0}]},
+                                                   {"banner_line": "b", "rows": [biased]})
