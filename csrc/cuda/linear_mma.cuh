@@ -679,12 +679,13 @@ __device__ __forceinline__ Regs4 dense_b_from_global(const LinearArgs& args, con
 
 // What out[token, feature] takes besides its sum: the global scales (NVFP4 W's, FP4 x's) and the
 // bias element, each applied only where the call has one (a multiply by 1 or an add of 0 could
-// change a NaN's payload or a -0). The reductions read the global scales before their dependency
-// wait: read at the store, after the adds, they cost one more trip to memory at the end of a short
-// kernel, and read with the partials, one trip to DRAM (a weight's scale leaves L2 while the layers
-// stream their weights) where the partials alone take one to L2. Reading them early is safe:
-// no kernel of the call writes them, and the reductions start only after every CTA of
-// linear_mma_kernel has passed its own wait, so whatever wrote them has completed.
+// change a NaN's payload or a -0). The reductions read the global scales and their first output's
+// bias before their dependency wait: read at the store, after the adds, they cost one more trip to
+// memory at the end of a short kernel, and read with the partials, one trip to DRAM (a layer's
+// scale and bias leave L2 while the layers stream their weights) where the partials alone take one
+// to L2. Reading them early is safe: no kernel of the call writes them, and the reductions start
+// only after every CTA of linear_mma_kernel has passed its own wait, so whatever wrote them has
+// completed.
 struct LinearGlobalScales {
   float w, x;
   bool has_w, has_x;
@@ -934,49 +935,69 @@ __global__ void __launch_bounds__(256, (kLinearMinCtas<Format, XT, kNt, kResiden
 // Ranges whose partials the reduction kernels load before they add them.
 constexpr int kLinearReduceBatch = 8;
 
-// The K ranges' sums added in range order, then linear_store, with the global scales and the bias
-// element read before the partials. Runs as the programmatic dependent of linear_mma_kernel
-// (launch_dependent), so it waits for that kernel's writes first. Each batch
-// of ranges' loads is issued before its adds, so that they wait on memory together: a plain loop
-// over the run-time range count compiles to loads that wait for the adds before them, one more
-// trip to L2 for every few ranges, and at decode rows that trip is most of the kernel's time. Not
-// shared with linear_reduce4_kernel's loop: as one template for both, ptxas left three of that
-// kernel's eight 16-byte loads behind its first adds.
+// Output e's K range partials added in range order. Each batch of ranges' loads is issued before
+// its adds, so that they wait on memory together: a plain loop over the run-time range count
+// compiles to loads that wait for the adds before them, one more trip to L2 for every few ranges,
+// and at decode rows that trip is most of the reduction's time. Not shared with
+// linear_reduce4_kernel's loop: as one template for both, ptxas left three of that kernel's eight
+// 16-byte loads behind its first adds.
+__device__ __forceinline__ float linear_range_sum(const LinearArgs& args, int64_t total, int64_t e) {
+  float sum = args.partials[e];
+  for (int s0 = 1; s0 < args.splits; s0 += kLinearReduceBatch) {
+    float batch[kLinearReduceBatch];
+#pragma unroll
+    for (int b = 0; b < kLinearReduceBatch; ++b) {
+      if (s0 + b < args.splits) batch[b] = args.partials[(s0 + b) * total + e];
+    }
+#pragma unroll
+    for (int b = 0; b < kLinearReduceBatch; ++b) {
+      if (s0 + b < args.splits) sum = __fadd_rn(sum, batch[b]);
+    }
+  }
+  return sum;
+}
+
+// The K ranges' sums (linear_range_sum), then linear_store, with the global scales and the first
+// output's bias element read before the dependency wait (linear_global_scales says why), later
+// outputs' bias before their partials. Runs as the programmatic dependent of linear_mma_kernel
+// (launch_dependent), so it waits for that kernel's writes first. The first output is peeled off
+// the loop: with the loop choosing between the early bias and a later one, ptxas issued the last
+// load of each batch after the first add.
 __global__ void __launch_bounds__(256) linear_reduce_kernel(LinearArgs args) {
-  const LinearGlobalScales scales = linear_global_scales(args);
-  linear_dependent_start();  // the next layer may prefetch its weight meanwhile
   const int64_t total = args.m * args.n;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const LinearGlobalScales scales = linear_global_scales(args);
+  const bool has_bias = args.bias_type != LinearBias::kNone;  // no index division before the wait without one
+  const float first_bias = has_bias && first < total ? linear_bias(args, first % args.n) : 0.0f;
+  linear_dependent_start();  // the next layer may prefetch its weight meanwhile
+  if (first >= total) return;
+  linear_store(args, scales, first_bias, first / args.n, first % args.n, linear_range_sum(args, total, first));
+  for (int64_t e = first + static_cast<int64_t>(gridDim.x) * blockDim.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float bias = linear_bias(args, e % args.n);
-    float sum = args.partials[e];
-    for (int s0 = 1; s0 < args.splits; s0 += kLinearReduceBatch) {
-      float batch[kLinearReduceBatch];
-#pragma unroll
-      for (int b = 0; b < kLinearReduceBatch; ++b) {
-        if (s0 + b < args.splits) batch[b] = args.partials[(s0 + b) * total + e];
-      }
-#pragma unroll
-      for (int b = 0; b < kLinearReduceBatch; ++b) {
-        if (s0 + b < args.splits) sum = __fadd_rn(sum, batch[b]);
-      }
-    }
-    linear_store(args, scales, bias, e / args.n, e % args.n, sum);
+    linear_store(args, scales, bias, e / args.n, e % args.n, linear_range_sum(args, total, e));
   }
 }
 
 // linear_reduce_kernel four features a thread, for N % 4 == 0 (launch_reduce): 16-byte loads, one
 // index division per four outputs, and each batch of ranges' loads issued before its adds, so
 // that they are in flight together; the adds keep range order, so the sums are the same. The
-// global scales are read first, the bias at the stores: with its four elements read first, ptxas
-// left three of the eight loads behind the adds.
+// global scales and the first quad's bias are read before the wait, later quads' bias at their
+// stores: with its four elements read after the wait, before the partials, ptxas left three of the
+// eight loads behind the adds.
 __global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
-  const LinearGlobalScales scales = linear_global_scales(args);
-  linear_dependent_start();
   const int64_t quads = args.m * args.n / 4;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const LinearGlobalScales scales = linear_global_scales(args);
+  float4 first_bias{};
+  if (args.bias_type != LinearBias::kNone && first < quads) {  // no index division before the wait without one
+    const int64_t feature = 4 * first % args.n;
+    first_bias = {linear_bias(args, feature), linear_bias(args, feature + 1), linear_bias(args, feature + 2),
+                  linear_bias(args, feature + 3)};
+  }
+  linear_dependent_start();
   const float4* partials = reinterpret_cast<const float4*>(args.partials);
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < quads;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t e = first; e < quads; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float4 sum = partials[e];
     for (int s0 = 1; s0 < args.splits; s0 += kLinearReduceBatch) {
       float4 batch[kLinearReduceBatch];
@@ -993,10 +1014,11 @@ __global__ void __launch_bounds__(256) linear_reduce4_kernel(LinearArgs args) {
       }
     }
     const int64_t token = 4 * e / args.n, feature = 4 * e % args.n;
-    linear_store(args, scales, linear_bias(args, feature), token, feature, sum.x);
-    linear_store(args, scales, linear_bias(args, feature + 1), token, feature + 1, sum.y);
-    linear_store(args, scales, linear_bias(args, feature + 2), token, feature + 2, sum.z);
-    linear_store(args, scales, linear_bias(args, feature + 3), token, feature + 3, sum.w);
+    const bool at_first = e == first;
+    linear_store(args, scales, at_first ? first_bias.x : linear_bias(args, feature), token, feature, sum.x);
+    linear_store(args, scales, at_first ? first_bias.y : linear_bias(args, feature + 1), token, feature + 1, sum.y);
+    linear_store(args, scales, at_first ? first_bias.z : linear_bias(args, feature + 2), token, feature + 2, sum.z);
+    linear_store(args, scales, at_first ? first_bias.w : linear_bias(args, feature + 3), token, feature + 3, sum.w);
   }
 }
 
