@@ -282,6 +282,34 @@ def test_more_k_ranges_than_one_batch_of_loads(n, k, fmt):
     assert_rows_are_single_calls_within_bound(fmt, n, k, (5, 16, 40, 64), 16)
 
 
+def biased_call_is_unbiased_plus_bias(x, w, bias) -> None:
+    """The CUDA kernel family's epilogue multiplies the fp32 sum by the global scales, adds the
+    bias and rounds once, so with fp32 out the biased call is the unbiased call plus the bias, bit
+    for bit. (Not so on the CPU, whose sums are doubles that take the bias before their rounding.)"""
+    unbiased = fp4ops.linear(x, w, out_dtype=torch.float32)
+    assert_exact(fp4ops.linear(x, w, bias, out_dtype=torch.float32), unbiased + bias.float())
+
+
+@requires_cuda
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("features_per_thread", [1, 4])
+def test_bias_of_outputs_past_the_reduction_grid(fmt, features_per_thread):
+    """The reductions read their first output's bias before their dependency wait and later
+    outputs' in their loop, which runs only where a call has more outputs (one feature a thread:
+    N odd) or quads of outputs (four: N % 4 == 0, past 16 rows) than the grid has threads
+    (grid_for: 16 CTAs of 256 an SM). 64 rows of an N x 2048 weight, N from the SM count so that
+    they do, with two K ranges: the biased call is the unbiased call plus the bias."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid_threads, rows, k = 16 * 256 * sms, 64, 2048
+    # Outputs a quarter more than the threads (N odd), or quads a twentieth more (N % 4 == 0):
+    # with many more, N would reach the weights of one K range (linear_splits), and no reduction.
+    n = (grid_threads * 5 // 4) // rows | 1 if features_per_thread == 1 else 4 * -(-(grid_threads * 21 // 20) // rows)
+    assert rows * n // features_per_thread > grid_threads and linear_splits(n, k) >= 2
+    w = weight(fmt, n, k, "cuda")
+    x = activations("bfloat16", fmt, (rows, k), "cuda")
+    biased_call_is_unbiased_plus_bias(x, w, torch.randn(n, device="cuda", dtype=torch.bfloat16))
+
+
 @requires_cuda
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_64_row_ctas_of_twelve_warps(fmt):
