@@ -184,7 +184,8 @@ def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
     """Markdown: one row per decode-stream case (shape, format, x, rows), the FP4 layer's time per
     layer in us for each run, then new's speed-up over base from each side's fastest run ('-' where
     a side lacks the case); where the runs timed the Llama-3.1-8B stack, a second table of its FP4
-    tokens/s per (format, x, batch), with new's gain over base from each side's best run."""
+    tokens/s per (format, x, batch), with new's gain over base from each side's best run (x "fp4,
+    layers": the W4A4 layers with fp4ops' producers, benchmarks/w4a4_layers.py)."""
     layers: dict[tuple, dict[str, float]] = {}
     llama: dict[tuple, dict[str, float]] = {}
     for name, run_dir in runs.items():
@@ -194,6 +195,8 @@ def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
             layers.setdefault((row["n"], row["k"], row["format"], row["dtype"], row["rows"]), {})[name] = row["fp4_us"]
         for row in result.get("llama", []):
             llama.setdefault((row["format"], row["dtype"], row["rows"]), {})[name] = row["fp4_tokens_per_s"]
+        for row in result.get("llama_w4a4", []):  # the W4A4 layers with fused producers
+            llama.setdefault((row["format"], "fp4, layers", row["rows"]), {})[name] = row["fp4_tokens_per_s"]
     sides = compared_sides(runs)
     header = ["N x K", "format", "x", "rows", *runs, *(f"{side} / base" for side in sides)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -6,6 +6,7 @@
     python -m benchmarks.decode_stream --fp4-only ...         # the FP4 layers alone (A/Bs of kernels)
     python -m benchmarks.decode_stream --batch-invariant ...  # FP4Linear(batch_invariant=True) throughout
     python -m benchmarks.decode_stream --bias ...             # every layer of the shapes with a bias
+    python -m benchmarks.decode_stream --dtypes fp4 --llama-only  # the W4A4 Llama stacks only
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, called back to back in one CUDA graph with no flush between layers; the time
@@ -22,7 +23,9 @@ The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
 At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
 scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gate, up, down) for
 4 layers, timed the same way; tokens/s is rows / (time of the stack x 8), i.e. the linears of the
-32-layer model and nothing else (no attention, norms or sampling).
+32-layer model and nothing else (no attention, norms or sampling). With fp4 among --dtypes, the
+Llama layers also run in W4A4 with fp4ops' fused producers feeding the linears, against the same
+layers in torch bf16 (benchmarks/w4a4_layers.py: attention left out, the norms and SiLU-mul in).
 
 Writes decode_<tag>.json (after every shape), decode_<tag>.md and decode_<tag>.png under --out.
 On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code only.
@@ -43,6 +46,7 @@ import fp4ops
 from fp4ops.nn import FP4Linear
 from fp4ops.timing import timed_calls
 
+from . import w4a4_layers
 from .suite.harness import Timer, banner, banner_line, measure_ceilings
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (28672, 8192), (8192, 28672), (1024, 8192)]
@@ -214,6 +218,13 @@ def markdown(result: dict) -> str:
             ratio = f"{r['fp4_tokens_per_s'] / r['bf16_tokens_per_s']:.2f}x" if "bf16_tokens_per_s" in r else "-"
             lines.append(f"| {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {cell(r, 'bf16_tokens_per_s', '.0f')} | "
                          f"{ratio} |")
+    if result.get("llama_w4a4"):
+        lines += ["", "Llama-3.1-8B layers without attention (norms, linears, SiLU-mul), all 32 per decode step: W4A4 on "
+                  "fp4ops' fused producers and FP4 x FP4 linears against torch bf16 (benchmarks/w4a4_layers.py):", "",
+                  "| format | batch | W4A4 tokens/s | bf16 tokens/s | ratio |", "|---|---|---|---|---|"]
+        for r in result["llama_w4a4"]:
+            ratio = f"{r['fp4_tokens_per_s'] / r['bf16_tokens_per_s']:.2f}x" if "bf16_tokens_per_s" in r else "-"
+            lines.append(f"| {r['format']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {cell(r, 'bf16_tokens_per_s', '.0f')} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -296,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"banner": info, "ceilings": ceilings, "banner_line": banner_line(info, ceilings),
-              "batch_invariant": args.batch_invariant, "bias": args.bias, "rows": [], "llama": []}
+              "batch_invariant": args.batch_invariant, "bias": args.bias, "rows": [], "llama": [], "llama_w4a4": []}
     print(result["banner_line"], flush=True)
     l2_bytes = info.get("l2_mb", 50) << 20
     json_path = out_dir / f"decode_{tag}.json"
@@ -316,6 +327,9 @@ def main(argv: list[str] | None = None) -> dict:
             for fmt in args.formats:
                 result["llama"] += measure_llama(fmt, llama_dtype, args.llama_rows if cuda else [1, 2], timer, args.fp4_only,
                                                  args.batch_invariant)
+                if "fp4" in args.dtypes:
+                    result["llama_w4a4"] += w4a4_layers.measure(fmt, args.llama_rows if cuda else [1, 2], timer, time_stream,
+                                                                args.fp4_only)
     json_path.write_text(json.dumps(result, indent=1))
     (out_dir / f"decode_{tag}.md").write_text(markdown(result))
     plot(result, out_dir / f"decode_{tag}.png")

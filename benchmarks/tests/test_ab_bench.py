@@ -116,11 +116,12 @@ def test_rounds_must_be_positive(tmp_path):
         ab_bench.main(["--base", "HEAD", "--rounds", "0", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
 
 
-def write_decode_run(run_dir: pathlib.Path, cases: list[tuple], llama: list[tuple] = ()) -> None:
+def write_decode_run(run_dir: pathlib.Path, cases: list[tuple], llama: list[tuple] = (), w4a4: list[tuple] = ()) -> None:
     run_dir.mkdir(parents=True)
     rows = [{"n": n, "k": k, "format": fmt, "dtype": dtype, "rows": m, "fp4_us": us} for n, k, fmt, dtype, m, us in cases]
     stack = [{"format": fmt, "dtype": dtype, "rows": m, "fp4_tokens_per_s": rate} for fmt, dtype, m, rate in llama]
-    (run_dir / "decode_ab.json").write_text(json.dumps({"rows": rows, "llama": stack}))
+    layers = [{"format": fmt, "rows": m, "fp4_tokens_per_s": rate} for fmt, m, rate in w4a4]
+    (run_dir / "decode_ab.json").write_text(json.dumps({"rows": rows, "llama": stack, "llama_w4a4": layers}))
 
 
 def test_decode_summary_gives_each_runs_time_and_the_best_of_each_side(tmp_path):
@@ -216,3 +217,15 @@ def test_a_failed_run_ends_the_ab_with_its_log_named_and_the_summary_written(tmp
 def test_time_budget_must_be_positive(tmp_path):
     with pytest.raises(SystemExit):
         ab_bench.main(["--base", "HEAD", "--time-budget", "0", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+
+
+def test_decode_summary_lists_the_w4a4_layers_beside_the_linears_stack(tmp_path):
+    """The W4A4 layers with fused producers (decode_stream's llama_w4a4 rows, no x dtype of their
+    own) come into the Llama table as x "fp4, layers", apart from the linears stack's FP4 x rows."""
+    runs = {name: tmp_path / name for name in ["new1", "base1"]}
+    case = [(4096, 4096, "nvfp4", "fp4", 1, 7.60)]
+    write_decode_run(runs["new1"], case, [("nvfp4", "fp4", 1, 400.0)], [("nvfp4", 1, 250.0)])
+    write_decode_run(runs["base1"], case, [("nvfp4", "fp4", 1, 390.0)], [("nvfp4", 1, 200.0)])
+    lines = ab_bench.summarize_decode(runs).splitlines()
+    start = lines.index("Llama-3.1-8B stack, FP4 tokens/s:")
+    assert lines[start + 4:] == ["| nvfp4 | fp4 | 1 | 400 | 390 | 1.026x |", "| nvfp4 | fp4, layers | 1 | 250 | 200 | 1.250x |"]

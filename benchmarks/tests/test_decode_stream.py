@@ -112,3 +112,16 @@ def test_bias_gives_every_shape_layer_a_bias(tmp_path, monkeypatch):
         outs = {name: fn(x)[0].float() for name, fn in decode_stream.implementations(fp4_layers[:1], dense[:1]).items()}
     assert all((out - 1000).abs().max() < 100 for out in outs.values())
     assert len(result["rows"]) == 4 and all(row["fp4_us"] > 0 for row in result["rows"])
+
+
+def test_fp4_x_also_runs_the_w4a4_layers(tmp_path):
+    """With fp4 among --dtypes, the Llama layers run in W4A4 on fp4ops' producers (small on the CPU)
+    against torch bf16, in their own table; without, they do not run."""
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1",
+                                 "--formats", "nvfp4", "mxfp4", "--dtypes", "fp4", "--llama-only", "--tag", "test"])
+    assert [(r["format"], r["rows"]) for r in result["llama_w4a4"]] == [("nvfp4", 1), ("nvfp4", 2), ("mxfp4", 1), ("mxfp4", 2)]
+    assert all(r["fp4_tokens_per_s"] > 0 and r["bf16_tokens_per_s"] > 0 for r in result["llama_w4a4"])
+    text = (tmp_path / "decode_test.md").read_text()
+    assert "W4A4 tokens/s" in text and "| mxfp4 | 2 |" in text
+    plain = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--llama-only", "--tag", "plain"])
+    assert plain["llama_w4a4"] == [] and "W4A4" not in (tmp_path / "decode_plain.md").read_text()
