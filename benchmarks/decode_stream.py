@@ -25,7 +25,8 @@ scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gat
 4 layers, timed the same way; tokens/s is rows / (time of the stack x 8), i.e. the linears of the
 32-layer model and nothing else (no attention, norms or sampling). With fp4 among --dtypes, the
 Llama layers also run in W4A4 with fp4ops' fused producers feeding the linears, against the same
-layers in torch bf16 (benchmarks/w4a4_layers.py: attention left out, the norms and SiLU-mul in).
+chain unfused and the layers in torch bf16 (benchmarks/w4a4_layers.py: attention left out, the norms
+and SiLU-mul in).
 
 Writes decode_<tag>.json (after every shape), decode_<tag>.md and decode_<tag>.png under --out.
 On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code only.
@@ -220,11 +221,15 @@ def markdown(result: dict) -> str:
                          f"{ratio} |")
     if result.get("llama_w4a4"):
         lines += ["", "Llama-3.1-8B layers without attention (norms, linears, SiLU-mul), all 32 per decode step: W4A4 on "
-                  "fp4ops' fused producers and FP4 x FP4 linears against torch bf16 (benchmarks/w4a4_layers.py):", "",
-                  "| format | batch | W4A4 tokens/s | bf16 tokens/s | ratio |", "|---|---|---|---|---|"]
+                  "fp4ops' fused producers and FP4 x FP4 linears against the same with torch's norms and SiLU-mul "
+                  "then fp4ops' quantizer (unfused), and torch bf16 (benchmarks/w4a4_layers.py):", "",
+                  "| format | batch | W4A4 tokens/s | W4A4 unfused tokens/s | bf16 tokens/s | vs unfused | vs bf16 |",
+                  "|---|---|---|---|---|---|---|"]
         for r in result["llama_w4a4"]:
-            ratio = f"{r['fp4_tokens_per_s'] / r['bf16_tokens_per_s']:.2f}x" if "bf16_tokens_per_s" in r else "-"
-            lines.append(f"| {r['format']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {cell(r, 'bf16_tokens_per_s', '.0f')} | {ratio} |")
+            ratios = [f"{r['fp4_tokens_per_s'] / r[key]:.2f}x" if key in r else "-"
+                      for key in ("unfused_tokens_per_s", "bf16_tokens_per_s")]
+            lines.append(f"| {r['format']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {cell(r, 'unfused_tokens_per_s', '.0f')} | "
+                         f"{cell(r, 'bf16_tokens_per_s', '.0f')} | {' | '.join(ratios)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,8 @@ Per layer, with h the layer's input and r the residual stream:
   by the fused gate/up weight, `silu_mul_quantize`, `linear` by down; the next layer takes
   (down's output, the residual). NVFP4's global scales are static (calibrated on the same batch,
   as a serving engine calibrates once): every producer is one pass.
+- unfused: the same W4A4 chain with torch's `x + residual`, `F.rms_norm` and `F.silu(gate) * up`
+  in bf16, each followed by fp4ops' quantizer (the sequence the fused producers replace);
 - bf16: the same chain in torch (`x + residual`, `F.rms_norm`, `F.linear`, `F.silu(gate) * up`).
 Both in CUDA graphs of STACK layers; tokens/s counts the 32 layers of the model and nothing else.
 """
@@ -70,6 +72,19 @@ def fp4_layer(layer: Layer, fmt: str, h: torch.Tensor, r: torch.Tensor) -> tuple
     return fp4ops.linear(d, layer.fp4["down"]), r
 
 
+def unfused_layer(layer: Layer, fmt: str, h: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp4_layer with each producer unfused: torch's bf16 op, then fp4ops' quantizer (same scales)."""
+    g, hidden = layer.scales, h.shape[-1]
+    r = h + r
+    x = quantize(F.rms_norm(r, (hidden,), layer.attn_norm, EPS), fmt, g.get("attn"))
+    q = fp4ops.linear(x, layer.fp4["q"])
+    fp4ops.linear(x, layer.fp4["kv"])
+    r = fp4ops.linear(quantize(q, fmt, g.get("o")), layer.fp4["o"]) + r
+    x = quantize(F.rms_norm(r, (hidden,), layer.mlp_norm, EPS), fmt, g.get("mlp"))
+    gate, up = fp4ops.linear(x, layer.fp4["gate_up"]).chunk(2, dim=-1)
+    return fp4ops.linear(quantize(F.silu(gate) * up, fmt, g.get("down")), layer.fp4["down"]), r
+
+
 def bf16_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The same layer in torch, bf16 throughout."""
     w, hidden = layer.dense, h.shape[-1]
@@ -102,7 +117,8 @@ def calibrate(layers: list[Layer], fmt: str, h: torch.Tensor, r: torch.Tensor) -
 
 def measure(fmt: str, rows_list: list[int], timer, time_stream, fp4_only: bool = False) -> list[dict]:
     """Tokens/s of the model's 32 layers (attention left out) per batch in rows_list: fp4ops in
-    W4A4 and, unless fp4_only, torch in bf16. time_stream(fn, x, timer): decode_stream's timer."""
+    W4A4 and, unless fp4_only, the unfused W4A4 chain and torch in bf16. time_stream(fn, x,
+    timer): decode_stream's timer."""
     dims = LLAMA_8B_DIMS if timer.cuda else CPU_DIMS
     stack = STACK if timer.cuda else 1
     layers = make_layers(stack, fmt, timer.device, dims)
@@ -122,13 +138,14 @@ def measure(fmt: str, rows_list: list[int], timer, time_stream, fp4_only: bool =
 
         steps = {"fp4": chain(lambda layer, x, residual: fp4_layer(layer, fmt, x, residual))}
         if not fp4_only:
+            steps["unfused"] = chain(lambda layer, x, residual: unfused_layer(layer, fmt, x, residual))
             steps["bf16"] = chain(bf16_layer)
         row = {"format": fmt, "rows": rows}
         for name, step in steps.items():
             us = time_stream(step, None, timer) * LLAMA_8B_LAYERS / stack
             row[f"{name}_step_us"], row[f"{name}_tokens_per_s"] = us, rows / us * 1e6
         out.append(row)
-        bf16 = f", bf16 {row['bf16_tokens_per_s']:9.0f} tokens/s" if "bf16_tokens_per_s" in row else ""
+        others = "".join(f", {name} {row[f'{name}_tokens_per_s']:9.0f}" for name in ("unfused", "bf16") if name in steps)
         print(f"  Llama-3.1-8B layers without attention, W4A4 {fmt}, batch {rows:>3}: fp4 "
-              f"{row['fp4_tokens_per_s']:9.0f} tokens/s{bf16}", flush=True)
+              f"{row['fp4_tokens_per_s']:9.0f}{others} tokens/s", flush=True)
     return out

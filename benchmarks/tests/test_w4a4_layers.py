@@ -16,7 +16,8 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_the_w4a4_layer_follows_the_bf16_layer(fmt):
     """One layer of fresh random weights and rows: the W4A4 chain (producers with static scales,
-    FP4 x FP4 linears) gives down's output and the residual close to the bf16 chain's. The bounds
+    FP4 x FP4 linears), fused or not, gives down's output and the residual close to the bf16
+    chain's. The bounds
     hold with room over fresh draws (W4A4 cosines 0.92-0.98 on 4 x 128, the residual above 0.98),
     while a chain with gate and up swapped stays under 0.8."""
     (layer,) = w4a4_layers.make_layers(1, fmt, "cpu", w4a4_layers.CPU_DIMS)
@@ -24,7 +25,8 @@ def test_the_w4a4_layer_follows_the_bf16_layer(fmt):
     w4a4_layers.calibrate([layer], fmt, h, r)
     assert sorted(layer.scales) == (["attn", "down", "mlp", "o"] if fmt == "nvfp4" else [])
     assert all(g.dim() == 0 and g.dtype == torch.float32 for g in layer.scales.values())
-    out, residual = w4a4_layers.fp4_layer(layer, fmt, h, r)
     ref_out, ref_residual = w4a4_layers.bf16_layer(layer, h, r)
-    assert out.shape == ref_out.shape == h.shape and out.dtype == torch.bfloat16
-    assert cosine(out, ref_out) > 0.88 and cosine(residual, ref_residual) > 0.95
+    for chain in (w4a4_layers.fp4_layer, w4a4_layers.unfused_layer):
+        out, residual = chain(layer, fmt, h, r)
+        assert out.shape == ref_out.shape == h.shape and out.dtype == torch.bfloat16
+        assert cosine(out, ref_out) > 0.88 and cosine(residual, ref_residual) > 0.95
