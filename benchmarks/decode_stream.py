@@ -228,8 +228,8 @@ def markdown(result: dict) -> str:
         for r in result["llama_w4a4"]:
             ratios = [f"{r['fp4_tokens_per_s'] / r[key]:.2f}x" if key in r else "-"
                       for key in ("unfused_tokens_per_s", "bf16_tokens_per_s")]
-            lines.append(f"| {r['format']} | {r['rows']} | {r['fp4_tokens_per_s']:.0f} | {cell(r, 'unfused_tokens_per_s', '.0f')} | "
-                         f"{cell(r, 'bf16_tokens_per_s', '.0f')} | {' | '.join(ratios)} |")
+            rates = [f"{r['fp4_tokens_per_s']:.0f}", cell(r, "unfused_tokens_per_s", ".0f"), cell(r, "bf16_tokens_per_s", ".0f")]
+            lines.append(f"| {r['format']} | {r['rows']} | {' | '.join(rates)} | {' | '.join(ratios)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,7 @@ Both in CUDA graphs of STACK layers; tokens/s counts the 32 layers of the model 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +60,7 @@ def make_layers(count: int, fmt: str, device, dims=LLAMA_8B_DIMS) -> list[Layer]
     return layers
 
 
-def fp4_layer(layer: Layer, fmt: str, h: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def fp4_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(down's output, the residual stream) of one layer on fp4ops; layer.scales the producers' g."""
     g = layer.scales
     x, r = fp4ops.rms_norm_quantize(h, layer.attn_norm, EPS, residual=r, format=fmt, global_scale=g.get("attn"))
@@ -72,7 +73,7 @@ def fp4_layer(layer: Layer, fmt: str, h: torch.Tensor, r: torch.Tensor) -> tuple
     return fp4ops.linear(d, layer.fp4["down"]), r
 
 
-def unfused_layer(layer: Layer, fmt: str, h: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def unfused_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """fp4_layer with each producer unfused: torch's bf16 op, then fp4ops' quantizer (same scales)."""
     g, hidden = layer.scales, h.shape[-1]
     r = h + r
@@ -115,6 +116,17 @@ def calibrate(layers: list[Layer], fmt: str, h: torch.Tensor, r: torch.Tensor) -
         h, r = fp4ops.linear(d, layer.fp4["down"]), r_next
 
 
+def chained(layers: list[Layer], layer_step, h: torch.Tensor, r: torch.Tensor):
+    """A decode step through `layers` in turn from input h and residual r, as decode_stream's
+    timer takes it (one ignored argument); layer_step(layer, x, residual) -> (x, residual)."""
+    def run(_):
+        x, residual = h, r
+        for layer in layers:
+            x, residual = layer_step(layer, x, residual)
+        return x
+    return run
+
+
 def measure(fmt: str, rows_list: list[int], timer, time_stream, fp4_only: bool = False) -> list[dict]:
     """Tokens/s of the model's 32 layers (attention left out) per batch in rows_list: fp4ops in
     W4A4 and, unless fp4_only, the unfused W4A4 chain and torch in bf16. time_stream(fn, x,
@@ -127,19 +139,10 @@ def measure(fmt: str, rows_list: list[int], timer, time_stream, fp4_only: bool =
         h = torch.randn(rows, dims[0], device=timer.device, dtype=torch.bfloat16)
         r = torch.randn(rows, dims[0], device=timer.device, dtype=torch.bfloat16)
         calibrate(layers, fmt, h, r)
-
-        def chain(step):
-            def run(_):
-                x, residual = h, r
-                for layer in layers:
-                    x, residual = step(layer, x, residual)
-                return x
-            return run
-
-        steps = {"fp4": chain(lambda layer, x, residual: fp4_layer(layer, fmt, x, residual))}
+        steps = {"fp4": chained(layers, functools.partial(fp4_layer, fmt=fmt), h, r)}
         if not fp4_only:
-            steps["unfused"] = chain(lambda layer, x, residual: unfused_layer(layer, fmt, x, residual))
-            steps["bf16"] = chain(bf16_layer)
+            steps["unfused"] = chained(layers, functools.partial(unfused_layer, fmt=fmt), h, r)
+            steps["bf16"] = chained(layers, bf16_layer, h, r)
         row = {"format": fmt, "rows": rows}
         for name, step in steps.items():
             us = time_stream(step, None, timer) * LLAMA_8B_LAYERS / stack

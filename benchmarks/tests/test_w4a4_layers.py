@@ -27,6 +27,6 @@ def test_the_w4a4_layer_follows_the_bf16_layer(fmt):
     assert all(g.dim() == 0 and g.dtype == torch.float32 for g in layer.scales.values())
     ref_out, ref_residual = w4a4_layers.bf16_layer(layer, h, r)
     for chain in (w4a4_layers.fp4_layer, w4a4_layers.unfused_layer):
-        out, residual = chain(layer, fmt, h, r)
+        out, residual = chain(layer, h, r, fmt)
         assert out.shape == ref_out.shape == h.shape and out.dtype == torch.bfloat16
         assert cosine(out, ref_out) > 0.88 and cosine(residual, ref_residual) > 0.95
