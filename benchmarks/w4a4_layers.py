@@ -60,16 +60,24 @@ def make_layers(count: int, fmt: str, device, dims=LLAMA_8B_DIMS) -> list[Layer]
     return layers
 
 
-def fp4_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(down's output, the residual stream) of one layer on fp4ops; layer.scales the producers' g."""
+def fp4_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str,
+              record: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(down's output, the residual stream) of one layer on fp4ops; layer.scales the producers' g
+    (a producer without one derives its own). record: where given, each producer's g goes there."""
     g = layer.scales
+
+    def kept(name: str, q):
+        if record is not None:
+            record[name] = q.global_scale
+        return q
+
     x, r = fp4ops.rms_norm_quantize(h, layer.attn_norm, EPS, residual=r, format=fmt, global_scale=g.get("attn"))
-    q = fp4ops.linear(x, layer.fp4["q"])
+    q = fp4ops.linear(kept("attn", x), layer.fp4["q"])
     fp4ops.linear(x, layer.fp4["kv"])
-    o = fp4ops.linear(quantize(q, fmt, g.get("o")), layer.fp4["o"])
+    o = fp4ops.linear(kept("o", quantize(q, fmt, g.get("o"))), layer.fp4["o"])
     x, r = fp4ops.rms_norm_quantize(o, layer.mlp_norm, EPS, residual=r, format=fmt, global_scale=g.get("mlp"))
-    gate_up = fp4ops.linear(x, layer.fp4["gate_up"])
-    d = fp4ops.silu_mul_quantize(gate_up, format=fmt, global_scale=g.get("down"))
+    gate_up = fp4ops.linear(kept("mlp", x), layer.fp4["gate_up"])
+    d = kept("down", fp4ops.silu_mul_quantize(gate_up, format=fmt, global_scale=g.get("down")))
     return fp4ops.linear(d, layer.fp4["down"]), r
 
 
@@ -99,21 +107,14 @@ def bf16_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor) -> tuple[torch.Te
 
 
 def calibrate(layers: list[Layer], fmt: str, h: torch.Tensor, r: torch.Tensor) -> None:
-    """Each NVFP4 producer's global scale from its own amax on this batch (one eager pass with the
-    producers deriving g), kept as the layers' static scales."""
+    """Each NVFP4 producer's global scale from its own amax on this batch (one eager pass of
+    fp4_layer with the producers deriving g), kept as the layers' static scales."""
     for layer in layers:
         layer.scales = {}
-    if fmt != "nvfp4":
-        return
-    for layer in layers:
-        x, r_next = fp4ops.rms_norm_quantize(h, layer.attn_norm, EPS, residual=r, format=fmt)
-        q = fp4ops.linear(x, layer.fp4["q"])
-        o_in = quantize(q, fmt)
-        o = fp4ops.linear(o_in, layer.fp4["o"])
-        m, r_next = fp4ops.rms_norm_quantize(o, layer.mlp_norm, EPS, residual=r_next, format=fmt)
-        d = fp4ops.silu_mul_quantize(fp4ops.linear(m, layer.fp4["gate_up"]), format=fmt)
-        layer.scales = {"attn": x.global_scale, "o": o_in.global_scale, "mlp": m.global_scale, "down": d.global_scale}
-        h, r = fp4ops.linear(d, layer.fp4["down"]), r_next
+        if fmt == "nvfp4":
+            scales = {}
+            h, r = fp4_layer(layer, h, r, fmt, record=scales)
+            layer.scales = scales
 
 
 def chained(layers: list[Layer], layer_step, h: torch.Tensor, r: torch.Tensor):
