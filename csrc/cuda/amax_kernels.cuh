@@ -99,6 +99,18 @@ __device__ __forceinline__ void wait_for_primary_grid() {
 #endif
 }
 
+// Lets the kernel launched behind this one as its programmatic dependent (launch_dependent) start:
+// fp4ops.linear's first kernel then launches while a producer or quantizer of its x runs, and the
+// kernel after it, whose blocks bulk-prefetch the weight to L2 before they wait, with it; each
+// waits (griddepcontrol.wait) for this grid to complete before it reads this grid's output. A
+// dependent launches once every block has called this or exited, so behind a grid of several
+// waves it launches with the last wave. A kernel launched plainly behind this one is unaffected.
+__device__ __forceinline__ void let_dependents_launch() {
+#if defined(FP4OPS_HW_PDL)
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 // Zeroes words[0, count) for a kernel launched behind it as its programmatic dependent
 // (launch_dependent, launch_utils.h): that kernel's blocks start reading their input while this
 // runs and wait for it (wait_for_primary_grid) only before their atomics, where behind a memset or

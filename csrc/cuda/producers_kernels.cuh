@@ -553,6 +553,7 @@ template <typename T, typename W, bool kResidual, class Source, class ScaleIndex
 __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResidual, Source>)) rms_norm_quantize_kernel(
     RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
+  let_dependents_launch();
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ RmsRowScratch row_scratch;
@@ -612,6 +613,7 @@ template <typename T, typename W, bool kResidual, class ScaleIndex, int kCtasPer
 __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quantize_one_launch_kernel(
     RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
+  let_dependents_launch();
   constexpr int kBlock = kNvfp4Block;
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
@@ -723,6 +725,7 @@ __device__ __forceinline__ void silu_mul_block(const SiluMulArgs<T>& args, int64
 template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                          uint8_t* __restrict__ scales, ScaleIndex scale_index) {
+  let_dependents_launch();
   constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
   constexpr bool kFirstBlockEarly = std::is_same_v<Source, Nvfp4Source>;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
@@ -766,6 +769,7 @@ __global__ void __launch_bounds__(kBlocksPerThread == 1 ? kSiluOneLaunchThreads 
     silu_mul_quantize_one_launch_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
+  let_dependents_launch();
   constexpr int kBlock = kNvfp4Block;
   static_assert(kBlocksPerThread == 1 || (kBlocksPerThread == 2 && sizeof(T) == 2), "two blocks a thread: 16-bit x");
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];

@@ -121,6 +121,7 @@ __device__ __forceinline__ void store_octet_intermediate(const SiluMulArgs<T>& a
 template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                                 uint8_t* __restrict__ scales, ScaleIndex scale_index) {
+  let_dependents_launch();
   constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   const int64_t num_octets = args.num_blocks * (kBlock / kOctet);
@@ -177,6 +178,7 @@ template <typename T, class ScaleIndex>
 __global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
+  let_dependents_launch();
 #if defined(FP4OPS_HW_CLUSTER)
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
