@@ -7,7 +7,8 @@
 // the amax through one word each and a grid barrier: one launch, one read (SiLU-mul's y that one
 // thread-block cluster holds: that cluster, exchanging through shared memory). More rows take two
 // passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
-// the first behind zero_words_kernel as its programmatic dependent.
+// the first behind zero_words_kernel as its programmatic dependent. Every grid-wide pass is a
+// programmatic dependent of the kernel before it (launch_pass).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
@@ -113,24 +114,23 @@ ProducerOutputs allocate_producer_outputs(at::IntArrayRef logical, const at::Ten
           target.nvfp4 ? at::empty({}, x.options().dtype(at::kFloat)) : empty_placeholder(x, at::kFloat)};
 }
 
-// Calls launch(source, pass) for the target: MXFP4 and a given g once; NVFP4 with its own g first
-// with an AmaxTarget (pass 0; behind the zeroing of its word), then with an Nvfp4Source reading
-// that amax (pass 1).
+// Calls launch(source) for the target: MXFP4 and a given g once; NVFP4 with its own g first with
+// an AmaxTarget (behind the zeroing of its word), then with an Nvfp4Source reading that amax.
 template <typename Launch>
 void with_sources(const ProducerTarget& target, const std::optional<at::Tensor>& global_scale, ProducerOutputs& out,
                   const at::Tensor& x, cudaStream_t stream, Launch&& launch) {
-  if (!target.nvfp4) return launch(Mxfp4Source{target.rule}, 1);
+  if (!target.nvfp4) return launch(Mxfp4Source{target.rule});
   float* g_out = out.g.mutable_data_ptr<float>();
   if (global_scale.has_value()) {
     const at::Tensor given = global_scale->reshape({}).contiguous();
-    return launch(Nvfp4Source{given.const_data_ptr<float>(), false, g_out}, 1);
+    return launch(Nvfp4Source{given.const_data_ptr<float>(), false, g_out});
   }
   at::Tensor amax_value = at::empty({}, x.options().dtype(at::kFloat));
   uint32_t* amax_bits = reinterpret_cast<uint32_t*>(amax_value.mutable_data_ptr<float>());
   zero_words_kernel<<<1, 1, 0, stream>>>(amax_bits, 1);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  launch(AmaxTarget{amax_bits}, 0);
-  launch(Nvfp4Source{amax_value.const_data_ptr<float>(), true, g_out}, 1);
+  launch(AmaxTarget{amax_bits});
+  launch(Nvfp4Source{amax_value.const_data_ptr<float>(), true, g_out});
 }
 
 // With no rows there is nothing to launch, but g still has its value: the given one, or that of
@@ -145,16 +145,13 @@ void set_empty_global_scale(ProducerOutputs& out, const ProducerTarget& target,
   }
 }
 
-// Launches `kernel` as the programmatic dependent of the amax zeroing (pass 0) or plainly.
+// Launches `kernel` as the programmatic dependent of the kernel before it (the amax zeroing, the
+// amax pass, or whatever wrote x, such as a linear's last kernel), so that its CTAs start as that
+// kernel ends (wait_for_inputs).
 template <typename... KernelArgs, typename... Args>
-void launch_pass(int pass, void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem,
-                 cudaStream_t stream, Args&&... args) {
-  if (pass == 0) {
-    launch_dependent(kernel, dim3(grid), threads, smem, stream, std::forward<Args>(args)...);
-  } else {
-    kernel<<<grid, threads, smem, stream>>>(std::forward<Args>(args)...);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+void launch_pass(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem, cudaStream_t stream,
+                 Args&&... args) {
+  launch_dependent(kernel, dim3(grid), threads, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace
@@ -195,12 +192,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
   const bool staged_rows = !target.nvfp4 && at::cuda::getCurrentDeviceProperties()->major >= 9 && x.element_size() == 2 &&
                            row_threads >= 64;
   const size_t stage_bytes = static_cast<size_t>(threads / row_threads) * static_cast<size_t>(hidden) * x.element_size();
-  const auto launch_rows = [&](int pass, auto kernel, auto&& args, auto&&... kernel_args) {
+  const auto launch_rows = [&](auto kernel, auto&& args, auto&&... kernel_args) {
     const size_t smem = rms_smem_bytes(threads) + (args.staged_rows ? stage_bytes : 0);
     allow_dynamic_smem(kernel, smem, device);
     const int resident = resident_ctas(kernel, threads, smem, static_cast<size_t>(device));
     const auto grid = static_cast<unsigned>(std::min<int64_t>(row_groups, resident));
-    launch_pass(pass, kernel, grid, threads, smem, stream, args, kernel_args...);
+    launch_pass(kernel, grid, threads, smem, stream, args, kernel_args...);
   };
   uint8_t* data = out.quantized.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.quantized.scales.mutable_data_ptr());
@@ -236,14 +233,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
         });
         if (launched) return;
       }
-      with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
+      with_sources(target, global_scale, out, x, stream, [&](auto source) {
         using Source = decltype(source);
         RmsNormArgs<T, W> args = first_pass;
         args.staged_rows = staged_rows && args.residual == nullptr;
         if constexpr (std::is_same_v<Source, AmaxTarget>) {
           args.intermediate = nullptr;
           with_bool(res.defined(), [&](auto with_residual) {
-            launch_rows(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, AmaxTarget, LinearScales>,
+            launch_rows(rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, AmaxTarget, LinearScales>,
                         args, source, data, scales, LinearScales{});
           });
           return;
@@ -259,7 +256,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
           with_scale_index(target.swizzled, x.sizes(), hidden / target.block(), [&](auto scale_index) {
             using Index = decltype(scale_index);
             with_bool(args.residual != nullptr, [&](auto with_residual) {
-              launch_rows(pass, rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, Source, Index>,
+              launch_rows(rms_norm_quantize_kernel<T, W, decltype(with_residual)::value, Source, Index>,
                           args, source, data, scales, scale_index);
             });
           });
@@ -333,24 +330,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       });
       if (launched) return;
     }
-    with_sources(target, global_scale, out, x, stream, [&](auto source, int pass) {
+    with_sources(target, global_scale, out, x, stream, [&](auto source) {
       using Source = decltype(source);
       SiluMulArgs<T> args = args_for(tag, target.block());
       const unsigned grid = grid_for(args.num_blocks, kSiluThreads, kSiluMaxSteps);
       if constexpr (std::is_same_v<Source, AmaxTarget>) {
         args.intermediate = nullptr;
-        launch_pass(pass, silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, 0, stream, args,
+        launch_pass(silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, 0, stream, args,
                     source, data, scales, LinearScales{});
       } else if (rows * width <= kSiluOctetsMaxOutputs) {
         const int64_t octets = args.num_blocks * (target.block() / kOctet);  // a thread each
         const auto octet_grid = static_cast<unsigned>((octets + kSiluThreads - 1) / kSiluThreads);
         with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-          launch_pass(pass, silu_mul_quantize_octets_kernel<T, Source, decltype(scale_index)>, octet_grid, kSiluThreads,
+          launch_pass(silu_mul_quantize_octets_kernel<T, Source, decltype(scale_index)>, octet_grid, kSiluThreads,
                       0, stream, args, source, data, scales, scale_index);
         });
       } else {
         with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-          launch_pass(pass, silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, 0, stream,
+          launch_pass(silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, 0, stream,
                       args, source, data, scales, scale_index);
         });
       }

@@ -114,6 +114,16 @@ struct AmaxReducer {
   }
 };
 
+// The grid-wide producer kernels (not the one-launch ones) run as programmatic dependents of the
+// kernel before them (launch_pass, producers.cu), so that their launch overlaps that kernel's end,
+// and wait for it before reading anything: it may have written x, the residual or g. The exception
+// is AmaxTarget's pass, launched behind zero_words_kernel, which writes only the amax word: it
+// reads its input first and waits only before its atomic (AmaxReducer::finish).
+template <class Source>
+__device__ __forceinline__ void wait_for_inputs() {
+  if constexpr (!std::is_same_v<Source, AmaxTarget>) wait_for_primary_grid();
+}
+
 // The one-launch kernels' shared memory for the exchange: the amax of all of y.
 struct AmaxExchangeScratch {
   float amax;
@@ -554,6 +564,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
     RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
   let_dependents_launch();
+  wait_for_inputs<Source>();
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ RmsRowScratch row_scratch;
@@ -726,6 +737,7 @@ template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                          uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  wait_for_inputs<Source>();
   constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
   constexpr bool kFirstBlockEarly = std::is_same_v<Source, Nvfp4Source>;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];

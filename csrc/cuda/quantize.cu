@@ -41,7 +41,9 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
 
 // K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16
 // (16 elements) or fp32 (8 elements); 32 fp32 elements also fill whole MXFP4 blocks.
-// Scales go where `swizzled` says (SPEC 4); swizzled outputs were allocated zeroed.
+// Scales go where `swizzled` says (SPEC 4); swizzled outputs were allocated zeroed. The quantize
+// kernels launch as programmatic dependents of the kernel before them, which they wait for before
+// reading (its launch overlaps that kernel's end, such as a linear's reduction).
 template <class Source>
 void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOutputs& out, bool swizzled,
                      cudaStream_t stream) {
@@ -56,12 +58,11 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
     with_scale_index(swizzled, input.sizes(), cols, [&](auto scale_index) {
       using Index = decltype(scale_index);
       with_bool(is_aligned(x, 16), [&](auto aligned) {
-        quantize_kernel<T, decltype(aligned)::value, Source, Index>
-            <<<grid, kThreads, 0, stream>>>(x, num_chunks, source, data, scales, scale_index);
+        launch_dependent(quantize_kernel<T, decltype(aligned)::value, Source, Index>, grid, kThreads, stream, x,
+                         num_chunks, source, data, scales, scale_index);
       });
     });
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out,
@@ -76,12 +77,11 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
     with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
       using Index = decltype(scale_index);
       with_bool(is_aligned(x, 16), [&](auto aligned) {
-        quantize_nvfp4_single_block_kernel<T, decltype(aligned)::value, Index>
-            <<<1, kSingleBlockThreads, 0, stream>>>(x, num_chunks, g, data, scales, scale_index);
+        launch_dependent(quantize_nvfp4_single_block_kernel<T, decltype(aligned)::value, Index>, 1, kSingleBlockThreads,
+                         stream, x, num_chunks, g, data, scales, scale_index);
       });
     });
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace

@@ -217,6 +217,7 @@ template <typename T, bool kAligned, class Source, class ScaleIndex>
 __global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Source source,
                                 uint8_t* __restrict__ data, uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  wait_for_primary_grid();  // a programmatic dependent (quantize.cu): the kernel before may write x or g
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if constexpr (std::is_same_v<Source, Nvfp4Source>) {
@@ -237,6 +238,7 @@ __global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int6
                                                    float* __restrict__ scale_out, uint8_t* __restrict__ data,
                                                    uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  wait_for_primary_grid();  // a programmatic dependent (quantize.cu): the kernel before may write x
   __shared__ uint32_t scratch[32];
   const int64_t numel = num_chunks * kElemsPer32Bytes<T>;
   const uint32_t amax_bits =

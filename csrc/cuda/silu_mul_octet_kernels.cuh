@@ -122,6 +122,7 @@ template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                                 uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  wait_for_inputs<Source>();
   constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   const int64_t num_octets = args.num_blocks * (kBlock / kOctet);
