@@ -95,30 +95,27 @@ def fresh_inputs(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tuple(torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16) for _ in range(2))
 
 
-def needs_producers() -> None:
+# Every test here: each target, each row count, on a GPU.
+pytestmark = [requires_cuda, pytest.mark.parametrize("rows", ROWS), pytest.mark.parametrize("target", TARGETS)]
+
+
+@pytest.fixture
+def layers(target) -> list[Layer]:
+    """Two layers of `target`, skipping cleanly where the build has no CUDA kernel for an op."""
     for op in ("rms_norm_quantize", "silu_mul_quantize", "linear"):
         if not cuda_has_kernel(op):
             pytest.skip(f"this build has no CUDA kernel for fp4ops::{op}")
+    return [make_layer(target) for _ in range(2)]
 
 
-@requires_cuda
-@pytest.mark.parametrize("rows", ROWS)
-@pytest.mark.parametrize("target", TARGETS)
-def test_back_to_back_chain_matches_the_synchronized_one(target, rows):
-    needs_producers()
-    layers = [make_layer(target) for _ in range(2)]
+def test_back_to_back_chain_matches_the_synchronized_one(layers, rows):
     for _ in range(2):
         h, r = fresh_inputs(rows)
         assert_same_outputs(run_chain(layers, h, r), run_chain(layers, h, r, synchronized=True), f"{rows} rows")
 
 
-@requires_cuda
 @requires_caching_allocator
-@pytest.mark.parametrize("rows", ROWS)
-@pytest.mark.parametrize("target", TARGETS)
-def test_chain_replayed_as_one_graph_matches_the_synchronized_one(target, rows):
-    needs_producers()
-    layers = [make_layer(target) for _ in range(2)]
+def test_chain_replayed_as_one_graph_matches_the_synchronized_one(layers, rows):
     static_h, static_r = fresh_inputs(rows)
     side = torch.cuda.Stream()  # warm up on a side stream, as capture wants
     side.wait_stream(torch.cuda.current_stream())
