@@ -8,7 +8,9 @@ Per layer, with h the layer's input and r the residual stream:
   o projection's input has q's shape), `linear` by o, `rms_norm_quantize(o, residual)`, `linear`
   by the fused gate/up weight, `silu_mul_quantize`, `linear` by down; the next layer takes
   (down's output, the residual). NVFP4's global scales are static (calibrated on the same batch,
-  as a serving engine calibrates once): every producer is one pass.
+  as a serving engine calibrates once): every producer is one pass. NVFP4 is also timed with
+  each producer and quantizer deriving its own g (format "nvfp4 own g": dynamic activation
+  scales, the one-launch producers at decode rows).
 - unfused: the same W4A4 chain with torch's `x + residual`, `F.rms_norm` and `F.silu(gate) * up`
   in bf16, each followed by fp4ops' quantizer (the sequence the fused producers replace);
 - bf16: the same chain in torch (`x + residual`, `F.rms_norm`, `F.linear`, `F.silu(gate) * up`).
@@ -61,10 +63,11 @@ def make_layers(count: int, fmt: str, device, dims=LLAMA_8B_DIMS) -> list[Layer]
 
 
 def fp4_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str,
-              record: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              record: dict | None = None, own_scales: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(down's output, the residual stream) of one layer on fp4ops; layer.scales the producers' g
-    (a producer without one derives its own). record: where given, each producer's g goes there."""
-    g = layer.scales
+    (a producer without one, or every producer with own_scales, derives its own). record: where
+    given, each producer's g goes there."""
+    g = {} if own_scales else layer.scales
 
     def kept(name: str, q):
         if record is not None:
@@ -81,9 +84,10 @@ def fp4_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str,
     return fp4ops.linear(d, layer.fp4["down"]), r
 
 
-def unfused_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+def unfused_layer(layer: Layer, h: torch.Tensor, r: torch.Tensor, fmt: str,
+                  own_scales: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """fp4_layer with each producer unfused: torch's bf16 op, then fp4ops' quantizer (same scales)."""
-    g, hidden = layer.scales, h.shape[-1]
+    g, hidden = {} if own_scales else layer.scales, h.shape[-1]
     r = h + r
     x = quantize(F.rms_norm(r, (hidden,), layer.attn_norm, EPS), fmt, g.get("attn"))
     q = fp4ops.linear(x, layer.fp4["q"])
@@ -130,26 +134,30 @@ def chained(layers: list[Layer], layer_step, h: torch.Tensor, r: torch.Tensor):
 
 def measure(fmt: str, rows_list: list[int], timer, time_stream, fp4_only: bool = False) -> list[dict]:
     """Tokens/s of the model's 32 layers (attention left out) per batch in rows_list: fp4ops in
-    W4A4 and, unless fp4_only, the unfused W4A4 chain and torch in bf16. time_stream(fn, x,
-    timer): decode_stream's timer."""
+    W4A4 and, unless fp4_only, the unfused W4A4 chain and torch in bf16; for NVFP4 also a row
+    "nvfp4 own g" of the same W4A4 chains with dynamic activation scales (no bf16: the same as the
+    static row's). time_stream(fn, x, timer): decode_stream's timer."""
     dims = LLAMA_8B_DIMS if timer.cuda else CPU_DIMS
     stack = STACK if timer.cuda else 1
     layers = make_layers(stack, fmt, timer.device, dims)
+    variants = [(fmt, False)] + ([(f"{fmt} own g", True)] if fmt == "nvfp4" else [])
     out = []
     for rows in rows_list:
         h = torch.randn(rows, dims[0], device=timer.device, dtype=torch.bfloat16)
         r = torch.randn(rows, dims[0], device=timer.device, dtype=torch.bfloat16)
         calibrate(layers, fmt, h, r)
-        steps = {"fp4": chained(layers, functools.partial(fp4_layer, fmt=fmt), h, r)}
-        if not fp4_only:
-            steps["unfused"] = chained(layers, functools.partial(unfused_layer, fmt=fmt), h, r)
-            steps["bf16"] = chained(layers, bf16_layer, h, r)
-        row = {"format": fmt, "rows": rows}
-        for name, step in steps.items():
-            us = time_stream(step, None, timer) * LLAMA_8B_LAYERS / stack
-            row[f"{name}_step_us"], row[f"{name}_tokens_per_s"] = us, rows / us * 1e6
-        out.append(row)
-        others = "".join(f", {name} {row[f'{name}_tokens_per_s']:9.0f}" for name in ("unfused", "bf16") if name in steps)
-        print(f"  Llama-3.1-8B layers without attention, W4A4 {fmt}, batch {rows:>3}: fp4 "
-              f"{row['fp4_tokens_per_s']:9.0f}{others} tokens/s", flush=True)
+        for label, own_scales in variants:
+            steps = {"fp4": chained(layers, functools.partial(fp4_layer, fmt=fmt, own_scales=own_scales), h, r)}
+            if not fp4_only:
+                steps["unfused"] = chained(layers, functools.partial(unfused_layer, fmt=fmt, own_scales=own_scales), h, r)
+                if not own_scales:
+                    steps["bf16"] = chained(layers, bf16_layer, h, r)
+            row = {"format": label, "rows": rows}
+            for name, step in steps.items():
+                us = time_stream(step, None, timer) * LLAMA_8B_LAYERS / stack
+                row[f"{name}_step_us"], row[f"{name}_tokens_per_s"] = us, rows / us * 1e6
+            out.append(row)
+            others = "".join(f", {name} {row[f'{name}_tokens_per_s']:9.0f}" for name in ("unfused", "bf16") if name in steps)
+            print(f"  Llama-3.1-8B layers without attention, W4A4 {label}, batch {rows:>3}: fp4 "
+                  f"{row['fp4_tokens_per_s']:9.0f}{others} tokens/s", flush=True)
     return out

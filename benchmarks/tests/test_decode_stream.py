@@ -119,9 +119,12 @@ def test_fp4_x_also_runs_the_w4a4_layers(tmp_path):
     against torch bf16, in their own table; without, they do not run."""
     result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1",
                                  "--formats", "nvfp4", "mxfp4", "--dtypes", "fp4", "--llama-only", "--tag", "test"])
-    assert [(r["format"], r["rows"]) for r in result["llama_w4a4"]] == [("nvfp4", 1), ("nvfp4", 2), ("mxfp4", 1), ("mxfp4", 2)]
-    assert all(r[f"{name}_tokens_per_s"] > 0 for r in result["llama_w4a4"] for name in ("fp4", "unfused", "bf16"))
+    assert [(r["format"], r["rows"]) for r in result["llama_w4a4"]] == [
+        ("nvfp4", 1), ("nvfp4 own g", 1), ("nvfp4", 2), ("nvfp4 own g", 2), ("mxfp4", 1), ("mxfp4", 2)]
+    for r in result["llama_w4a4"]:  # the own-g rows leave bf16 to the static rows beside them
+        names = ("fp4", "unfused") if r["format"].endswith("own g") else ("fp4", "unfused", "bf16")
+        assert all(r[f"{name}_tokens_per_s"] > 0 for name in names) and ("bf16_tokens_per_s" in r) == ("bf16" in names)
     text = (tmp_path / "decode_test.md").read_text()
-    assert "W4A4 tokens/s" in text and "| mxfp4 | 2 |" in text
+    assert "W4A4 tokens/s" in text and "| mxfp4 | 2 |" in text and "| nvfp4 own g | 2 |" in text
     plain = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--llama-only", "--tag", "plain"])
     assert plain["llama_w4a4"] == [] and "W4A4" not in (tmp_path / "decode_plain.md").read_text()

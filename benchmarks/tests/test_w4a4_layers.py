@@ -27,6 +27,21 @@ def test_the_w4a4_layer_follows_the_bf16_layer(fmt):
     assert all(g.dim() == 0 and g.dtype == torch.float32 for g in layer.scales.values())
     ref_out, ref_residual = w4a4_layers.bf16_layer(layer, h, r)
     for chain in (w4a4_layers.fp4_layer, w4a4_layers.unfused_layer):
-        out, residual = chain(layer, h, r, fmt)
-        assert out.shape == ref_out.shape == h.shape and out.dtype == torch.bfloat16
-        assert cosine(out, ref_out) > 0.88 and cosine(residual, ref_residual) > 0.95
+        for own_scales in (False, True):  # the calibrated scales, or each producer's own g
+            out, residual = chain(layer, h, r, fmt, own_scales=own_scales)
+            assert out.shape == ref_out.shape == h.shape and out.dtype == torch.bfloat16
+            assert cosine(out, ref_out) > 0.88 and cosine(residual, ref_residual) > 0.95
+
+
+def test_own_scales_ignore_the_calibrated_ones():
+    """With own_scales every NVFP4 producer derives g from its own input, whatever the layer holds:
+    on the calibration batch that is the g calibrate() kept, bit for bit, and on another batch not."""
+    (layer,) = w4a4_layers.make_layers(1, "nvfp4", "cpu", w4a4_layers.CPU_DIMS)
+    h, r = (torch.randn(4, w4a4_layers.CPU_DIMS[0], dtype=torch.bfloat16) for _ in range(2))
+    w4a4_layers.calibrate([layer], "nvfp4", h, r)
+    derived: dict = {}
+    w4a4_layers.fp4_layer(layer, h, r, "nvfp4", record=derived, own_scales=True)
+    assert all(torch.equal(derived[name], g) for name, g in layer.scales.items()) and sorted(derived) == sorted(layer.scales)
+    other: dict = {}
+    w4a4_layers.fp4_layer(layer, 3 * h, r, "nvfp4", record=other, own_scales=True)
+    assert not torch.equal(other["attn"], layer.scales["attn"])
