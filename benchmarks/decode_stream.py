@@ -26,7 +26,7 @@ scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gat
 32-layer model and nothing else (no attention, norms or sampling). With fp4 among --dtypes, the
 Llama layers also run in W4A4 with fp4ops' fused producers feeding the linears, against the same
 chain unfused and the layers in torch bf16 (benchmarks/w4a4_layers.py: attention left out, the norms
-and SiLU-mul in).
+and SiLU-mul in; NVFP4 with static activation scales, and with each op's own as "nvfp4 own g").
 
 Writes decode_<tag>.json (after every shape), decode_<tag>.md and decode_<tag>.png under --out.
 On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code only.
