@@ -282,14 +282,6 @@ def test_more_k_ranges_than_one_batch_of_loads(n, k, fmt):
     assert_rows_are_single_calls_within_bound(fmt, n, k, (5, 16, 40, 64), 16)
 
 
-def biased_call_is_unbiased_plus_bias(x, w, bias) -> None:
-    """The CUDA kernel family's epilogue multiplies the fp32 sum by the global scales, adds the
-    bias and rounds once, so with fp32 out the biased call is the unbiased call plus the bias, bit
-    for bit. (Not so on the CPU, whose sums are doubles that take the bias before their rounding.)"""
-    unbiased = fp4ops.linear(x, w, out_dtype=torch.float32)
-    assert_exact(fp4ops.linear(x, w, bias, out_dtype=torch.float32), unbiased + bias.float())
-
-
 @requires_cuda
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("features_per_thread", [1, 4])
@@ -307,7 +299,12 @@ def test_bias_of_outputs_past_the_reduction_grid(fmt, features_per_thread):
     assert rows * n // features_per_thread > grid_threads and linear_splits(n, k) >= 2
     w = weight(fmt, n, k, "cuda")
     x = activations("bfloat16", fmt, (rows, k), "cuda")
-    biased_call_is_unbiased_plus_bias(x, w, torch.randn(n, device="cuda", dtype=torch.bfloat16))
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    # The kernel family's epilogue multiplies the fp32 sum by the global scales, adds the bias and
+    # rounds once, so with fp32 out the biased call is the unbiased call plus the bias, bit for bit
+    # (not so on the CPU, whose sums are doubles that take the bias before their rounding).
+    unbiased = fp4ops.linear(x, w, out_dtype=torch.float32)
+    assert_exact(fp4ops.linear(x, w, bias, out_dtype=torch.float32), unbiased + bias.float())
 
 
 @requires_cuda
