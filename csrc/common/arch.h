@@ -27,7 +27,8 @@
 // _build.py defines for such builds), and in the other passes their bodies trap. Nor has
 // FP4OPS_HW_CLUSTER: the one-cluster kernels are launched only on compute capability 9.0 and later
 // where the kernel's code has clusters (the launchers check its PTX version), and in the other
-// passes their bodies trap.
+// passes their bodies trap. Likewise a kernel is launched as a programmatic dependent only where its
+// code has FP4OPS_HW_PDL's wait (launch_dependent checks its PTX version), and plainly elsewhere.
 #pragma once
 
 // Compute capability x 10, as _build.py's parse_cuda_archs counts it.

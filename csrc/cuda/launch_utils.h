@@ -168,16 +168,42 @@ inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, in
   return chosen;
 }
 
-// pdl_launch.cuh's programmatic dependent launch, with torch's error check.
-template <typename... KernelArgs, typename... Args>
-void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
-                      Args&&... args) {
-  C10_CUDA_CHECK(launch_programmatic_dependent(kernel, grid, threads, stream, std::forward<Args>(args)...));
+// Whether `kernel`'s code on the current device (`device`) was compiled from PTX of compute
+// capability 9.0 or later, and so has what arch.h's FP4OPS_HW_PDL and FP4OPS_HW_CLUSTER guard. A
+// build for older GPUs that embeds their PTX runs on a newer GPU as that PTX compiled by the driver,
+// which has none of it. Cached per kernel and device (cudaFuncGetAttributes costs host time).
+template <typename Kernel>
+inline bool code_has_sm90_features(Kernel kernel, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, bool> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), device);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  cudaFuncAttributes attributes{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return cache.emplace(key, attributes.ptxVersion >= 90).first->second;
 }
+
+// pdl_launch.cuh's programmatic dependent launch, with torch's error check, where the kernel's
+// code waits for the kernel before it (griddepcontrol.wait); otherwise a plain launch, which starts
+// once that kernel has completed. Code without the wait (code_has_sm90_features), launched as a
+// programmatic dependent on a GPU that honours it, could start as the kernel before exits, ahead of
+// that kernel's memory flush, and read what it has not yet written.
 template <typename... KernelArgs, typename... Args>
 void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threads, size_t smem, cudaStream_t stream,
                       Args&&... args) {
-  C10_CUDA_CHECK(launch_programmatic_dependent(kernel, grid, threads, smem, stream, std::forward<Args>(args)...));
+  if (code_has_sm90_features(kernel, c10::cuda::current_device())) {
+    C10_CUDA_CHECK(launch_programmatic_dependent(kernel, grid, threads, smem, stream, std::forward<Args>(args)...));
+  } else {
+    kernel<<<grid, threads, smem, stream>>>(std::forward<Args>(args)...);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+template <typename... KernelArgs, typename... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
+                      Args&&... args) {
+  launch_dependent(kernel, dim3(grid), threads, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fp4ops::cuda

@@ -88,13 +88,9 @@ template <typename T, class ScaleIndex>
 bool launch_silu_cluster(const SiluMulArgs<T>& args, float* g_out, uint8_t* data, uint8_t* scales,
                          const ScaleIndex& scale_index, cudaStream_t stream) {
   const auto kernel = silu_mul_quantize_cluster_kernel<T, ScaleIndex>;
-  static const bool kernel_has_clusters = [&] {
-    cudaFuncAttributes attributes{};
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    return attributes.ptxVersion >= 90;
-  }();
   const int64_t ctas = (args.num_blocks * (kNvfp4Block / kOctet) + kSiluClusterThreads - 1) / kSiluClusterThreads;
-  if (ctas > kSiluMaxClusterCtas || !kernel_has_clusters || at::cuda::getCurrentDeviceProperties()->major < 9) {
+  if (ctas > kSiluMaxClusterCtas || at::cuda::getCurrentDeviceProperties()->major < 9 ||
+      !code_has_sm90_features(kernel, c10::cuda::current_device())) {
     return false;
   }
   launch_one_cluster(kernel, static_cast<int>(ctas), kSiluClusterThreads, 0, stream, args, g_out, data, scales, scale_index);
