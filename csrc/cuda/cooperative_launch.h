@@ -1,16 +1,34 @@
 // Host side of the producers' one-launch paths (producers.cu): a cooperative grid, whose CTAs are
 // all resident at once, so that cooperative_groups::this_grid().sync() is valid in it, or one
-// thread-block cluster.
+// thread-block cluster. Both launch as programmatic dependents of the kernel before them where the
+// kernel's code waits for it (code_has_sm90_features), as launch_dependent does: the one-launch
+// kernels wait at their start. A cooperative grid may start that way, because the kernel before it
+// completes without waiting for anything after it, so every CTA of the grid becomes resident; and
+// the kernel after it launches only once every CTA of the grid has triggered (each does so at its
+// start), so it never takes the place of a CTA the grid's barrier waits for.
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime.h>
 
 #include <utility>
 
+#include "launch_utils.h"
 #include "pdl_launch.cuh"
 
 namespace fp4ops::cuda {
+
+// Launches `kernel` with `attribute` and, where its code waits for the kernel before it, as that
+// kernel's programmatic dependent.
+template <typename... KernelArgs, typename... Args>
+void launch_one_launch_kernel(const cudaLaunchAttribute& attribute, void (*kernel)(KernelArgs...), int ctas, int threads,
+                              size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[2] = {attribute, programmatic_dependent_attribute()};
+  const unsigned count = code_has_sm90_features(kernel, c10::cuda::current_device()) ? 2 : 1;
+  C10_CUDA_CHECK(launch_with_attributes(attributes, count, kernel, dim3(static_cast<unsigned>(ctas)), static_cast<unsigned>(threads),
+                                        smem, stream, std::forward<Args>(args)...));
+}
 
 // Launches `kernel` as a cooperative grid of `ctas` CTAs: the caller has made sure that the GPU
 // has cooperative launch and can hold every CTA at once.
@@ -20,8 +38,7 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int ctas, int threads, si
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  C10_CUDA_CHECK(launch_with_attribute(attribute, kernel, dim3(static_cast<unsigned>(ctas)), static_cast<unsigned>(threads), smem, stream,
-                                       std::forward<Args>(args)...));
+  launch_one_launch_kernel(attribute, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
 }
 
 // Launches `kernel` as one thread-block cluster of `ctas` CTAs (the grid is the cluster): the
@@ -34,8 +51,7 @@ void launch_one_cluster(void (*kernel)(KernelArgs...), int ctas, int threads, si
   attribute.val.clusterDim.x = static_cast<unsigned>(ctas);
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
-  C10_CUDA_CHECK(launch_with_attribute(attribute, kernel, dim3(static_cast<unsigned>(ctas)), static_cast<unsigned>(threads), smem, stream,
-                                       std::forward<Args>(args)...));
+  launch_one_launch_kernel(attribute, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fp4ops::cuda

@@ -8,19 +8,26 @@
 
 namespace fp4ops::cuda {
 
-// Launches `kernel` with one launch attribute (cudaLaunchKernelEx's config, otherwise plain).
+// Launches `kernel` with `count` launch attributes (cudaLaunchKernelEx's config, otherwise plain).
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_with_attribute(const cudaLaunchAttribute& attribute, void (*kernel)(KernelArgs...), dim3 grid, unsigned threads,
-                                  size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attributes[1] = {attribute};
+cudaError_t launch_with_attributes(cudaLaunchAttribute* attributes, unsigned count, void (*kernel)(KernelArgs...), dim3 grid,
+                                   unsigned threads, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attributes;
-  config.numAttrs = 1;
+  config.numAttrs = count;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The launch attribute that makes a kernel a programmatic dependent of the kernel before it.
+inline cudaLaunchAttribute programmatic_dependent_attribute() {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
 }
 
 // Launches `kernel` behind the previous kernel in `stream` as a programmatic dependent (PDL,
@@ -30,10 +37,8 @@ cudaError_t launch_with_attribute(const cudaLaunchAttribute& attribute, void (*k
 template <typename... KernelArgs, typename... Args>
 cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), dim3 grid, unsigned threads, size_t smem,
                                           cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  return launch_with_attribute(attribute, kernel, grid, threads, smem, stream, std::forward<Args>(args)...);
+  cudaLaunchAttribute attribute = programmatic_dependent_attribute();
+  return launch_with_attributes(&attribute, 1, kernel, grid, threads, smem, stream, std::forward<Args>(args)...);
 }
 template <typename... KernelArgs, typename... Args>
 cudaError_t launch_programmatic_dependent(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads,

@@ -7,8 +7,9 @@
 // the amax through one word each and a grid barrier: one launch, one read (SiLU-mul's y that one
 // thread-block cluster holds: that cluster, exchanging through shared memory). More rows take two
 // passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
-// the first behind zero_words_kernel as its programmatic dependent. Every grid-wide pass is a
-// programmatic dependent of the kernel before it (launch_pass).
+// the first behind zero_words_kernel as its programmatic dependent. Every kernel here is a
+// programmatic dependent of the kernel before it: the grid-wide passes through launch_pass, the
+// one-launch grid and cluster through cooperative_launch.h.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 

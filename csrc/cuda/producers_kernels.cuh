@@ -114,11 +114,12 @@ struct AmaxReducer {
   }
 };
 
-// The grid-wide producer kernels (not the one-launch ones) run as programmatic dependents of the
-// kernel before them (launch_pass, producers.cu), so that their launch overlaps that kernel's end,
-// and wait for it before reading anything: it may have written x, the residual or g. The exception
-// is AmaxTarget's pass, launched behind zero_words_kernel, which writes only the amax word: it
-// reads its input first and waits only before its atomic (AmaxReducer::finish).
+// Every producer kernel runs as a programmatic dependent of the kernel before it (launch_pass,
+// producers.cu; the one-launch kernels through cooperative_launch.h), so that its launch overlaps
+// that kernel's end, and waits for it before reading anything: it may have written x, the residual,
+// the norm's weight or g. The exception is AmaxTarget's pass, launched behind zero_words_kernel,
+// which writes only the amax word: it reads its input first and waits only before its atomic
+// (AmaxReducer::finish).
 template <class Source>
 __device__ __forceinline__ void wait_for_inputs() {
   if constexpr (!std::is_same_v<Source, AmaxTarget>) wait_for_primary_grid();
@@ -625,6 +626,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
     RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   let_dependents_launch();
+  wait_for_primary_grid();
   constexpr int kBlock = kNvfp4Block;
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
@@ -782,6 +784,7 @@ __global__ void __launch_bounds__(kBlocksPerThread == 1 ? kSiluOneLaunchThreads 
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   let_dependents_launch();
+  wait_for_primary_grid();
   constexpr int kBlock = kNvfp4Block;
   static_assert(kBlocksPerThread == 1 || (kBlocksPerThread == 2 && sizeof(T) == 2), "two blocks a thread: 16-bit x");
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];

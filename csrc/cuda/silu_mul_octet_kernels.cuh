@@ -180,6 +180,7 @@ __global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
   let_dependents_launch();
+  wait_for_primary_grid();
 #if defined(FP4OPS_HW_CLUSTER)
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
