@@ -22,8 +22,9 @@ EPS = 1e-5
 # NVFP4 with static global scales (one pass each), NVFP4 deriving its own (the one-launch grids up
 # to 1024 rows, the zeroing and two passes above), MXFP4.
 TARGETS = ["nvfp4-given", "nvfp4-own", "mxfp4"]
-# Decode rows (the linear's own kernels), and more rows than one launch of a producer holds.
-ROWS = [1, 8, 64, 1100]
+# Decode rows (the linear's own kernels), the most rows one launch of a producer takes (its largest
+# cooperative grid, launched as a dependent behind a linear), and more than that.
+ROWS = [1, 8, 64, 1024, 1100]
 
 
 @dataclass
