@@ -7,6 +7,7 @@
 
 #include "../common/fp4_format.h"
 #include "element_types.cuh"
+#include "grid_dependency.cuh"
 
 namespace fp4ops::cuda {
 
@@ -90,27 +91,6 @@ __device__ __forceinline__ uint32_t thread_finite_max_bits(const T* __restrict__
   return m;
 }
 
-// Programmatic dependent launch (sm_90 and later): waits until the grid this one was launched
-// behind (launch_dependent, launch_utils.h) has completed and its writes are visible. Returns at
-// once after an ordinary launch.
-__device__ __forceinline__ void wait_for_primary_grid() {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Lets the kernel launched behind this one as its programmatic dependent (launch_dependent) start:
-// fp4ops.linear's first kernel then launches while a producer or quantizer of its x runs, and the
-// kernel after it, whose blocks bulk-prefetch the weight to L2 before they wait, with it; each
-// waits (griddepcontrol.wait) for this grid to complete before it reads this grid's output. A
-// dependent launches once every block has called this or exited, so behind a grid of several
-// waves it launches with the last wave. A kernel launched plainly behind this one is unaffected.
-__device__ __forceinline__ void let_dependents_launch() {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-
 // Zeroes words[0, count) for a kernel launched behind it as its programmatic dependent
 // (launch_dependent, launch_utils.h): that kernel's blocks start reading their input while this
 // runs and wait for it (wait_for_primary_grid) only before their atomics, where behind a memset or
@@ -118,9 +98,7 @@ __device__ __forceinline__ void let_dependents_launch() {
 // calls replayed in a graph (chosen by measurement: docs/performance.md, "amax: loop shape and
 // output zeroing"). One thread; static: each translation unit that launches it has its own copy.
 static __global__ void zero_words_kernel(uint32_t* __restrict__ words, int count) {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  let_dependents_launch();
   for (int i = 0; i < count; ++i) words[i] = 0;
 }
 

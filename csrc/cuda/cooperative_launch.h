@@ -19,15 +19,14 @@
 
 namespace fp4ops::cuda {
 
-// Launches `kernel` with `attribute` and, where its code waits for the kernel before it, as that
-// kernel's programmatic dependent.
+// Launches `kernel` with `attribute` and, where `dependent`, as the programmatic dependent of the
+// kernel before it (only for code that waits for that kernel: code_has_sm90_features).
 template <typename... KernelArgs, typename... Args>
-void launch_one_launch_kernel(const cudaLaunchAttribute& attribute, void (*kernel)(KernelArgs...), int ctas, int threads,
-                              size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_one_launch_kernel(const cudaLaunchAttribute& attribute, bool dependent, void (*kernel)(KernelArgs...), int ctas,
+                              int threads, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attributes[2] = {attribute, programmatic_dependent_attribute()};
-  const unsigned count = code_has_sm90_features(kernel, c10::cuda::current_device()) ? 2 : 1;
-  C10_CUDA_CHECK(launch_with_attributes(attributes, count, kernel, dim3(static_cast<unsigned>(ctas)), static_cast<unsigned>(threads),
-                                        smem, stream, std::forward<Args>(args)...));
+  C10_CUDA_CHECK(launch_with_attributes(attributes, dependent ? 2 : 1, kernel, dim3(static_cast<unsigned>(ctas)),
+                                        static_cast<unsigned>(threads), smem, stream, std::forward<Args>(args)...));
 }
 
 // Launches `kernel` as a cooperative grid of `ctas` CTAs: the caller has made sure that the GPU
@@ -38,12 +37,14 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int ctas, int threads, si
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
-  launch_one_launch_kernel(attribute, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
+  const bool dependent = code_has_sm90_features(kernel, c10::cuda::current_device());
+  launch_one_launch_kernel(attribute, dependent, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
 }
 
 // Launches `kernel` as one thread-block cluster of `ctas` CTAs (the grid is the cluster): the
-// caller has made sure that the GPU and the kernel's build have clusters and that `ctas` is a
-// cluster size the GPU takes.
+// caller has made sure that the GPU and the kernel's code have clusters (code_has_sm90_features,
+// which also says that the code waits for the kernel before it) and that `ctas` is a cluster
+// size the GPU takes.
 template <typename... KernelArgs, typename... Args>
 void launch_one_cluster(void (*kernel)(KernelArgs...), int ctas, int threads, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
@@ -51,7 +52,7 @@ void launch_one_cluster(void (*kernel)(KernelArgs...), int ctas, int threads, si
   attribute.val.clusterDim.x = static_cast<unsigned>(ctas);
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
-  launch_one_launch_kernel(attribute, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
+  launch_one_launch_kernel(attribute, true, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fp4ops::cuda

@@ -40,6 +40,7 @@
 #include "async_copy.cuh"
 #include "element_types.cuh"
 #include "gemv_mma_operands.cuh"
+#include "grid_dependency.cuh"
 #include "mma_fragments.cuh"
 
 namespace fp4ops::cuda {
@@ -363,10 +364,8 @@ __device__ __forceinline__ uint4 paired_x_chunk(uint4 raw) {
 // and meanwhile starts its own CTAs and weight prefetches), then wait for the kernel before them,
 // which may have written what they read.
 __device__ __forceinline__ void linear_dependent_start() {
-#if defined(FP4OPS_HW_PDL)
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  let_dependents_launch();
+  wait_for_primary_grid();
 }
 
 // Dense x, permuted once per call so that every 16 bytes (8 elements, pairs (0,1) (2,3) (4,5)
@@ -916,9 +915,9 @@ __device__ __forceinline__ int linear_kernel_begin(const LinearArgs& args, Linea
       for (int64_t b = 0; b < ahead * Layout::kBlocksPerStep; b += 32) prefetch_l2(scales + b);
     }
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  wait_for_primary_grid();
+  let_dependents_launch();
   return count;
 }
 

@@ -8,8 +8,9 @@
 // thread-block cluster holds: that cluster, exchanging through shared memory). More rows take two
 // passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
 // the first behind zero_words_kernel as its programmatic dependent. Every kernel here is a
-// programmatic dependent of the kernel before it: the grid-wide passes through launch_pass, the
-// one-launch grid and cluster through cooperative_launch.h.
+// programmatic dependent of the kernel before it (where its code waits for that kernel): the
+// grid-wide passes through launch_dependent (launch_utils.h), the one-launch grid and cluster
+// through cooperative_launch.h.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
@@ -142,15 +143,6 @@ void set_empty_global_scale(ProducerOutputs& out, const ProducerTarget& target,
   }
 }
 
-// Launches `kernel` as the programmatic dependent of the kernel before it (the amax zeroing, the
-// amax pass, or whatever wrote x, such as a linear's last kernel), so that its CTAs start as that
-// kernel ends (wait_for_inputs).
-template <typename... KernelArgs, typename... Args>
-void launch_pass(void (*kernel)(KernelArgs...), unsigned grid, unsigned threads, size_t smem, cudaStream_t stream,
-                 Args&&... args) {
-  launch_dependent(kernel, dim3(grid), threads, smem, stream, std::forward<Args>(args)...);
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_quantize(
@@ -194,7 +186,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
     allow_dynamic_smem(kernel, smem, device);
     const int resident = resident_ctas(kernel, threads, smem, static_cast<size_t>(device));
     const auto grid = static_cast<unsigned>(std::min<int64_t>(row_groups, resident));
-    launch_pass(kernel, grid, threads, smem, stream, args, kernel_args...);
+    launch_dependent(kernel, dim3(grid), threads, smem, stream, args, kernel_args...);
   };
   uint8_t* data = out.quantized.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.quantized.scales.mutable_data_ptr());
@@ -333,19 +325,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> silu_mul_quantize(
       const unsigned grid = grid_for(args.num_blocks, kSiluThreads, kSiluMaxSteps);
       if constexpr (std::is_same_v<Source, AmaxTarget>) {
         args.intermediate = nullptr;
-        launch_pass(silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, grid, kSiluThreads, 0, stream, args,
-                    source, data, scales, LinearScales{});
+        launch_dependent(silu_mul_quantize_kernel<T, AmaxTarget, LinearScales>, dim3(grid), kSiluThreads, 0, stream,
+                         args, source, data, scales, LinearScales{});
       } else if (rows * width <= kSiluOctetsMaxOutputs) {
         const int64_t octets = args.num_blocks * (target.block() / kOctet);  // a thread each
         const auto octet_grid = static_cast<unsigned>((octets + kSiluThreads - 1) / kSiluThreads);
         with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-          launch_pass(silu_mul_quantize_octets_kernel<T, Source, decltype(scale_index)>, octet_grid, kSiluThreads,
-                      0, stream, args, source, data, scales, scale_index);
+          launch_dependent(silu_mul_quantize_octets_kernel<T, Source, decltype(scale_index)>, dim3(octet_grid),
+                           kSiluThreads, 0, stream, args, source, data, scales, scale_index);
         });
       } else {
         with_scale_index(target.swizzled, logical, width / target.block(), [&](auto scale_index) {
-          launch_pass(silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, grid, kSiluThreads, 0, stream,
-                      args, source, data, scales, scale_index);
+          launch_dependent(silu_mul_quantize_kernel<T, Source, decltype(scale_index)>, dim3(grid), kSiluThreads, 0,
+                           stream, args, source, data, scales, scale_index);
         });
       }
     });

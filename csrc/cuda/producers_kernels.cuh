@@ -114,7 +114,7 @@ struct AmaxReducer {
   }
 };
 
-// Every producer kernel runs as a programmatic dependent of the kernel before it (launch_pass,
+// Every producer kernel runs as a programmatic dependent of the kernel before it (launch_dependent,
 // producers.cu; the one-launch kernels through cooperative_launch.h), so that its launch overlaps
 // that kernel's end, and waits for it before reading anything: it may have written x, the residual,
 // the norm's weight or g. The exception is AmaxTarget's pass, launched behind zero_words_kernel,
