@@ -135,15 +135,19 @@ struct AmaxExchangeScratch {
 // g_out). Each CTA writes its threads' maximum to its own word of `cta_max_bits` ([gridDim.x],
 // never zeroed: every word is written before the grid barrier and read only after it), then every
 // CTA reduces all the words. A max does not depend on the order, so this is the amax the
-// two-launch path's atomicMax finds. Every thread of every CTA calls this once.
+// two-launch path's atomicMax finds. A grid of one CTA (one row group: a decode step's few rows)
+// holds all of y, so its own maximum is the amax: it skips the words and the barrier, a round trip
+// to L2 each. Every thread of every CTA calls this once.
 __device__ __forceinline__ Nvfp4Source grid_finite_amax(uint32_t thread_max_bits, uint32_t* scratch,
                                                         AmaxExchangeScratch& shared, uint32_t* cta_max_bits, float* g_out) {
-  const uint32_t m = block_reduce_max(thread_max_bits, scratch);
-  if (threadIdx.x == 0) cta_max_bits[blockIdx.x] = m;
-  cooperative_groups::this_grid().sync();  // orders every CTA's word before the reads below
-  uint32_t all = 0;
-  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) all = max(all, __ldcg(cta_max_bits + b));
-  all = block_reduce_max(all, scratch);
+  uint32_t all = block_reduce_max(thread_max_bits, scratch);
+  if (gridDim.x > 1) {  // the same for every CTA, so every CTA reaches the barrier or none does
+    if (threadIdx.x == 0) cta_max_bits[blockIdx.x] = all;
+    cooperative_groups::this_grid().sync();  // orders every CTA's word before the reads below
+    all = 0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) all = max(all, __ldcg(cta_max_bits + b));
+    all = block_reduce_max(all, scratch);
+  }
   if (threadIdx.x == 0) shared.amax = __uint_as_float(all);
   __syncthreads();
   return Nvfp4Source{&shared.amax, true, g_out};
