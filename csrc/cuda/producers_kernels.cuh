@@ -434,6 +434,25 @@ __device__ __forceinline__ void prefetch_row_group(const RmsNormArgs<T, W>& args
 #endif
 }
 
+// Issued before the wait for the kernel before (wait_for_inputs): one thread brings the norm's
+// weight and, with a residual, the CTA's first row group of it to L2. Both are usually older than
+// that kernel (the model's weight; the residual stream from the producer a layer back), so a
+// decode step's first loads, issued after the wait, find them in L2 rather than DRAM. Safe whatever
+// that kernel writes: a prefetch returns nothing to the CTA, and L2 is where every write lands,
+// so the loads after the wait read the written values. x is not prefetched: the kernel before
+// usually writes it.
+template <bool kResidual, typename T, typename W>
+__device__ __forceinline__ void prefetch_older_inputs(const RmsNormArgs<T, W>& args, int64_t row0, int rows_per_cta) {
+#if defined(FP4OPS_HW_PDL)
+  if (threadIdx.x != 0 || row0 >= args.rows) return;
+  prefetch_l2_bulk(args.weight, static_cast<uint32_t>(args.hidden * sizeof(W)));  // 16-byte aligned (the launcher)
+  if constexpr (kResidual) {
+    const int64_t rows = args.rows - row0 < rows_per_cta ? args.rows - row0 : rows_per_cta;
+    prefetch_l2_bulk(args.residual + row0 * args.hidden, static_cast<uint32_t>(rows * args.hidden * static_cast<int64_t>(sizeof(T))));
+  }
+#endif
+}
+
 // y of this thread's span of a row (h, its rs), block by block into `sink`, and with
 // kMayStoreIntermediate into args.intermediate where a test asked for that copy (stores predicated
 // on the pointer still issue in every call, so calls without it run an instance without them).
@@ -569,6 +588,8 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
     RmsNormArgs<T, W> args, Source source, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
   let_dependents_launch();
+  const int rows_per_cta = blockDim.x / args.row_threads;
+  prefetch_older_inputs<kResidual>(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta);
   wait_for_inputs<Source>();
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
@@ -576,7 +597,6 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
   __shared__ uint32_t scratch[32];
   const auto format = make_format(source, table);
   auto sink = make_sink(source, data, scales, scale_index);
-  const int rows_per_cta = blockDim.x / args.row_threads;
 #if defined(FP4OPS_HW_PDL)
   if constexpr (!kResidual && sizeof(T) == 2 && std::is_same_v<Source, Mxfp4Source>) {
     if (args.staged_rows) {
@@ -630,6 +650,8 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
     RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
   let_dependents_launch();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads);
+  prefetch_older_inputs<kResidual>(args, row0, blockDim.x / args.row_threads);
   wait_for_primary_grid();
   constexpr int kBlock = kNvfp4Block;
   extern __shared__ float4 staged_weights[];
@@ -638,7 +660,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
   __shared__ uint32_t scratch[32];
   __shared__ AmaxExchangeScratch amax_scratch;
 
-  const RowSpan span = RowSpans(args).at(args, static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads));
+  const RowSpan span = RowSpans(args).at(args, row0);
   Vec8<T> h[kRmsSpan / 8];
   load_row_span<kResidual>(args, span, h);
   stage_row_weights(args, staged_weights);
