@@ -367,7 +367,7 @@ def test_computed_global_scale(device, op):
 # 4096 are more CTAs than it holds at one per SM (the instance built for two); 300 and 600 rows of
 # 16384 more than it holds at all (the two passes below the limit). SiLU-mul: 300 rows of 14336 and
 # 700 of 4096 take the instance with two output blocks a thread, 700 of 14336 the two passes.
-RMS_ONE_LAUNCH_ROWS = [1, 5, 64, 65, 300, 600, 1025]
+RMS_ONE_LAUNCH_ROWS = [1, 2, 4, 5, 64, 65, 300, 600, 1025]
 SILU_ONE_LAUNCH_ROWS = [1, 5, 64, 65, 300, 700, 1025]
 
 
