@@ -52,11 +52,18 @@ int one_launch_threads(int64_t work, int threads, int max_threads, UnitsPerCta&&
   return threads;
 }
 
-// The one-launch RMSNorm grid: row groups of as many rows as leave about a CTA per SM, within
-// kRmsMaxRowThreads (at decode rows, a row a CTA).
+// The one-launch RMSNorm grid: one CTA of at most kRmsOneCtaMaxThreads where it holds every row
+// (2 rows of 4096, 1 of 8192), which then needs no grid barrier (grid_finite_amax); else row
+// groups of as many rows as leave about a CTA per SM (at other decode rows, a row a CTA). Larger
+// single CTAs (4 rows of 4096 in 512 threads) ran slower than a CTA a row and the barrier
+// (docs/performance.md, "Fused producers").
+constexpr int kRmsOneCtaMaxThreads = 256;
 int rms_one_launch_threads(int64_t rows, int row_threads) {
-  return one_launch_threads(rows, std::max(row_threads, kRmsMinThreads), kRmsMaxRowThreads,
-                            [&](int threads) { return int64_t{threads / row_threads}; });
+  const int min_threads = std::max(row_threads, kRmsMinThreads);
+  if (rows * row_threads <= kRmsOneCtaMaxThreads) {
+    return static_cast<int>(std::max<int64_t>(next_power_of_two(rows * row_threads), min_threads));
+  }
+  return one_launch_threads(rows, min_threads, kRmsMaxRowThreads, [&](int threads) { return int64_t{threads / row_threads}; });
 }
 
 // The one-launch SiLU-mul grid with `blocks_per_thread` output blocks a thread: from
