@@ -12,6 +12,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "launch_utils.h"
@@ -41,10 +44,44 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int ctas, int threads, si
   launch_one_launch_kernel(attribute, dependent, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
 }
 
+// The largest thread-block cluster of `kernel` in CTAs of `threads` threads (no dynamic shared
+// memory), up to `limit` CTAs, that the current device (`device`) schedules: sizes past the
+// portable 8 need the kernel's opt-in, which GPUs without them refuse (then 8). Cached per kernel,
+// device and block (the occupancy queries cost microseconds of host time).
+template <typename... KernelArgs>
+int max_cluster_ctas(void (*kernel)(KernelArgs...), int threads, int limit, int device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, limit);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  constexpr int kPortableClusterCtas = 8;
+  if (limit > kPortableClusterCtas &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();  // the refusal is an answer, not an error to report later
+    limit = kPortableClusterCtas;
+  }
+  int ctas = limit;
+  for (; ctas > 1; --ctas) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim = {static_cast<unsigned>(ctas), 1, 1};
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0) break;
+    (void)cudaGetLastError();
+  }
+  return cache.emplace(key, ctas).first->second;
+}
+
 // Launches `kernel` as one thread-block cluster of `ctas` CTAs (the grid is the cluster): the
 // caller has made sure that the GPU and the kernel's code have clusters (code_has_sm90_features,
 // which also says that the code waits for the kernel before it) and that `ctas` is a cluster
-// size the GPU takes.
+// size the GPU takes (max_cluster_ctas).
 template <typename... KernelArgs, typename... Args>
 void launch_one_cluster(void (*kernel)(KernelArgs...), int ctas, int threads, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};

@@ -92,18 +92,24 @@ bool launch_one_grid(void (*kernel)(KernelArgs...), int64_t work, int64_t per_ct
 
 // Launches silu_mul_quantize_cluster_kernel over all of y where one cluster holds it and the GPU
 // and the kernel's code have clusters (PTX below 9.0, as a build for older GPUs that the driver
-// compiles for a newer one, has none); false where it launches nothing.
+// compiles for a newer one, has none); false where it launches nothing. The CTAs are the smallest
+// of kSiluClusterThreads doubled up to kSiluClusterMaxThreads that leave a cluster the GPU
+// schedules: small CTAs spread y's reads over more SMs.
 template <typename T, class ScaleIndex>
 bool launch_silu_cluster(const SiluMulArgs<T>& args, float* g_out, uint8_t* data, uint8_t* scales,
                          const ScaleIndex& scale_index, cudaStream_t stream) {
   const auto kernel = silu_mul_quantize_cluster_kernel<T, ScaleIndex>;
-  const int64_t ctas = (args.num_blocks * (kNvfp4Block / kOctet) + kSiluClusterThreads - 1) / kSiluClusterThreads;
-  if (ctas > kSiluMaxClusterCtas || at::cuda::getCurrentDeviceProperties()->major < 9 ||
-      !code_has_sm90_features(kernel, c10::cuda::current_device())) {
-    return false;
+  const int device = c10::cuda::current_device();
+  if (at::cuda::getCurrentDeviceProperties()->major < 9 || !code_has_sm90_features(kernel, device)) return false;
+  const int64_t octets = args.num_blocks * (kNvfp4Block / kOctet);  // a thread each
+  for (int threads = kSiluClusterThreads; threads <= kSiluClusterMaxThreads; threads *= 2) {
+    const int64_t ctas = (octets + threads - 1) / threads;
+    if (ctas <= max_cluster_ctas(kernel, threads, kSiluMaxClusterCtas, device)) {
+      launch_one_cluster(kernel, static_cast<int>(ctas), threads, 0, stream, args, g_out, data, scales, scale_index);
+      return true;
+    }
   }
-  launch_one_cluster(kernel, static_cast<int>(ctas), kSiluClusterThreads, 0, stream, args, g_out, data, scales, scale_index);
-  return true;
+  return false;
 }
 
 // The outputs every producer returns: codes and scales of `logical`, and g (NVFP4) or an empty

@@ -139,14 +139,15 @@ __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source sour
 }
 
 // NVFP4 with its own g in one launch of one thread-block cluster (compute capability 9.0 on): at
-// most kSiluMaxClusterCtas CTAs (the portable cluster size) of kSiluClusterThreads threads, an
-// octet of y a thread, y held in registers across cluster_max's exchange. A max does not depend on
+// most kSiluMaxClusterCtas CTAs (beyond the portable 8 where the GPU schedules it,
+// max_cluster_ctas) of kSiluClusterThreads to kSiluClusterMaxThreads threads, an octet of y a
+// thread, y held in registers across cluster_max's exchange. A max does not depend on
 // the order, so this is the amax every other path finds, and g follows from it as there. Only the
 // mbarriers' initialization needs a cluster barrier, arrived at on entry and waited for after y:
 // none after the exchange (a barrier.cluster round costs about as much as the rest of the small
 // launch), and none at exit (a CTA's own mbarrier wait covers every store into it, so no CTA exits
 // while another can still write to it).
-constexpr int kSiluClusterThreads = 256, kSiluMaxClusterCtas = 8;
+constexpr int kSiluClusterThreads = 256, kSiluClusterMaxThreads = 512, kSiluMaxClusterCtas = 16;
 
 // The max of every CTA's `m` in a cluster whose CTAs all call this with the same `maxima` array and
 // initialized mbarrier `bar` (phase 0 unused): thread r < the cluster's size stores `m` into word
@@ -176,7 +177,7 @@ __device__ __forceinline__ uint32_t cluster_max(uint32_t m, uint32_t (&maxima)[k
 #endif  // FP4OPS_HW_CLUSTER
 
 template <typename T, class ScaleIndex>
-__global__ void __launch_bounds__(kSiluClusterThreads) silu_mul_quantize_cluster_kernel(
+__global__ void __launch_bounds__(kSiluClusterMaxThreads) silu_mul_quantize_cluster_kernel(
     SiluMulArgs<T> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
     ScaleIndex scale_index) {
   let_dependents_launch();
