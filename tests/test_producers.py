@@ -369,7 +369,7 @@ def test_computed_global_scale(device, op):
 # a CTA each, though one CTA of kRmsMaxRowThreads threads could hold them (a grid without a
 # barrier: either grid must give the same bytes). SiLU-mul: 300 rows of 14336 and 700 of 4096
 # take the instance with two output blocks a thread, 700 of 14336 the two passes.
-RMS_ONE_LAUNCH_ROWS = [1, 2, 4, 5, 64, 65, 300, 600, 1025]
+RMS_ONE_LAUNCH_ROWS = [1, 2, 4, 5, 16, 17, 64, 65, 300, 600, 1025]
 SILU_ONE_LAUNCH_ROWS = [1, 2, 4, 5, 64, 65, 300, 700, 1025]
 
 
@@ -425,28 +425,45 @@ def fp4ops_kernels_launched(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
 
 
-def silu_own_g_kernels(octets: int) -> tuple[str, ...]:
-    """The kernels NVFP4 SiLU-mul with its own g may take over y of `octets` octets (producers.cu):
-    one thread-block cluster where the GPU and the build's code have clusters (compute capability
-    9.0 on; not a build for older GPUs compiled by the driver) and one holds y (CTAs of 256 or 512
-    threads, an octet a thread: up to 8 CTAs anywhere, 16 where the GPU schedules them, as Hopper
-    and B200 do), else the cooperative grid. Clusters of 9-16 CTAs on other GPUs: either."""
+def one_cluster_kernels(ctas: int) -> tuple[str, ...]:
+    """The kernels NVFP4 with its own g may take over `ctas` CTAs (producers.cu): one thread-block
+    cluster where the GPU and the build's code have clusters (compute capability 9.0 on; not a
+    build for older GPUs compiled by the driver) and the GPU schedules one that size (8 CTAs
+    anywhere, 16 on Hopper and B200), else the cooperative grid. Clusters of 9-16 CTAs on other
+    GPUs: either."""
     from fp4ops import _build
 
     has_cluster_code = any(not arch.startswith("8.") for arch in _build.cuda_archs())
     major = torch.cuda.get_device_capability()[0]
-    if major < 9 or not has_cluster_code or octets > 16 * 512:
+    if major < 9 or not has_cluster_code or ctas > 16:
         return ("one_launch",)
-    if octets <= 8 * 512 or major in (9, 10):
+    if ctas <= 8 or major in (9, 10):
         return ("cluster",)
     return ("cluster", "one_launch")
 
 
+def silu_own_g_kernels(octets: int) -> tuple[str, ...]:
+    """SiLU-mul's kernels over y of `octets` octets: a cluster in CTAs of 256 threads, else of 512
+    (an octet a thread; one_cluster_kernels)."""
+    return one_cluster_kernels(-(-octets // 256) if octets <= 16 * 256 else -(-octets // 512))
+
+
+def rms_own_g_kernels(rows: int, hidden: int) -> tuple[str, ...]:
+    """RMSNorm's kernels over `rows` rows of `hidden` (at most one CTA per SM's worth of rows): one
+    CTA where the rows fit 256 threads (a grid of one), else CTAs of a row or of 128 threads
+    (one_cluster_kernels)."""
+    row_threads = max(1, (1 << (hidden - 1).bit_length()) // 32)
+    if rows * row_threads <= 256:
+        return ("one_launch",)
+    return one_cluster_kernels(-(-rows // max(1, 128 // row_threads)))
+
+
 # (op, rows, hidden, kernels launched): one up to the op's limit where the grid fits any GPU of 40
-# SMs or more (a cooperative grid; SiLU-mul's small y: silu_own_g_kernels),
-# three (zeroing, amax pass, quantize pass) above the limit.
+# SMs or more (a cooperative grid, or one cluster: rms_own_g_kernels, silu_own_g_kernels), three
+# (zeroing, amax pass, quantize pass) above the limit.
 OWN_SCALE_LAUNCHES = [
-    ("rms_norm_quantize", 1, 4096, 1), ("rms_norm_quantize", 8, 4096, 1), ("rms_norm_quantize", 32, 4096, 1),
+    ("rms_norm_quantize", 1, 4096, 1), ("rms_norm_quantize", 2, 4096, 1), ("rms_norm_quantize", 8, 4096, 1),
+    ("rms_norm_quantize", 16, 4096, 1), ("rms_norm_quantize", 17, 4096, 1), ("rms_norm_quantize", 32, 4096, 1),
     ("rms_norm_quantize", 64, 4096, 1), ("rms_norm_quantize", 8, 16384, 1), ("rms_norm_quantize", 64, 16384, 1),
     ("rms_norm_quantize", 65, 4096, 1), ("rms_norm_quantize", 300, 4096, 1), ("rms_norm_quantize", 1025, 4096, 3),
     ("silu_mul_quantize", 1, 4096, 1), ("silu_mul_quantize", 2, 8192, 1), ("silu_mul_quantize", 1, 16400, 1),
@@ -464,7 +481,9 @@ def test_own_global_scale_launches(op, rows, hidden, launches):
     names = fp4ops_kernels_launched(lambda: run(op, x, Target("nvfp4"), weight, intermediate=False))
     assert len(names) == launches, names
     if launches == 1:
-        expected = silu_own_g_kernels(rows * hidden // 8) if op == "silu_mul_quantize" else ("one_launch",)
+        small = rows <= 16  # at most one CTA per SM's worth of rows on any GPU these tests run on
+        expected = (silu_own_g_kernels(rows * hidden // 8) if op == "silu_mul_quantize"
+                    else rms_own_g_kernels(rows, hidden) if small else ("one_launch",))
         assert any(kernel in names[0] for kernel in expected), names
 
 

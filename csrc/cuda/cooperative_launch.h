@@ -44,16 +44,17 @@ void launch_cooperative(void (*kernel)(KernelArgs...), int ctas, int threads, si
   launch_one_launch_kernel(attribute, dependent, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
 }
 
-// The largest thread-block cluster of `kernel` in CTAs of `threads` threads (no dynamic shared
-// memory), up to `limit` CTAs, that the current device (`device`) schedules: sizes past the
-// portable 8 need the kernel's opt-in, which GPUs without them refuse (then 8). Cached per kernel,
-// device and block (the occupancy queries cost microseconds of host time).
+// The largest thread-block cluster of `kernel` in CTAs of `threads` threads with `smem` bytes of
+// dynamic shared memory (allowed: allow_dynamic_smem), up to `limit` CTAs, that the current device
+// (`device`) schedules: sizes past the portable 8 need the kernel's opt-in, which GPUs without them
+// refuse (then 8). Cached per kernel, device, block and `smem` (the occupancy queries cost
+// microseconds of host time).
 template <typename... KernelArgs>
-int max_cluster_ctas(void (*kernel)(KernelArgs...), int threads, int limit, int device) {
+int max_cluster_ctas(void (*kernel)(KernelArgs...), int threads, size_t smem, int limit, int device) {
   static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  static std::map<std::tuple<const void*, int, int, size_t, int>, int> cache;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, limit);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, limit);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   constexpr int kPortableClusterCtas = 8;
   if (limit > kPortableClusterCtas &&
@@ -69,6 +70,7 @@ int max_cluster_ctas(void (*kernel)(KernelArgs...), int threads, int limit, int 
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(ctas));
     config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = smem;
     config.attrs = &attribute;
     config.numAttrs = 1;
     int clusters = 0;

@@ -4,8 +4,9 @@
 // A given NVFP4 global scale, and MXFP4, take one launch. NVFP4 with its own g needs the amax of
 // all of y before any block can be encoded. Rows that fit one cooperative grid (a decode step or a
 // prefill chunk) run in it, its CTAs holding their input in registers and exchanging
-// the amax through one word each and a grid barrier: one launch, one read (SiLU-mul's y that one
-// thread-block cluster holds: that cluster, exchanging through shared memory). More rows take two
+// the amax through one word each and a grid barrier: one launch, one read (where one thread-block
+// cluster holds the CTAs, RMSNorm's row groups or SiLU-mul's y: that cluster, exchanging through
+// shared memory). More rows take two
 // passes over the whole GPU (the first only reduces the amax of y and writes the new residual),
 // the first behind zero_words_kernel as its programmatic dependent. Every kernel here is a
 // programmatic dependent of the kernel before it (where its code waits for that kernel): the
@@ -90,22 +91,35 @@ bool launch_one_grid(void (*kernel)(KernelArgs...), int64_t work, int64_t per_ct
   return true;
 }
 
-// Launches silu_mul_quantize_cluster_kernel over all of y where one cluster holds it and the GPU
-// and the kernel's code have clusters (PTX below 9.0, as a build for older GPUs that the driver
-// compiles for a newer one, has none); false where it launches nothing. The CTAs are the smallest
-// of kSiluClusterThreads doubled up to kSiluClusterMaxThreads that leave a cluster the GPU
-// schedules: small CTAs spread y's reads over more SMs.
+// Launches `kernel` as one thread-block cluster of `ctas` CTAs of `threads` threads with `smem`
+// bytes of dynamic shared memory where the GPU and the kernel's code have clusters (PTX below 9.0,
+// as a build for older GPUs that the driver compiles for a newer one, has none) and the GPU
+// schedules a cluster that size (max_cluster_ctas); false where it launches nothing.
+template <typename... KernelArgs, typename... Args>
+bool launch_one_cluster_if_scheduled(void (*kernel)(KernelArgs...), int64_t ctas, int threads, size_t smem,
+                                     cudaStream_t stream, Args&&... args) {
+  const int device = c10::cuda::current_device();
+  if (ctas > kMaxClusterCtas || at::cuda::getCurrentDeviceProperties()->major < 9 || !code_has_sm90_features(kernel, device)) {
+    return false;
+  }
+  allow_dynamic_smem(kernel, smem, device);
+  if (ctas > max_cluster_ctas(kernel, threads, smem, kMaxClusterCtas, device)) return false;
+  launch_one_cluster(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...);
+  return true;
+}
+
+// Launches silu_mul_quantize_cluster_kernel over all of y where one cluster holds it (false where
+// it launches nothing), in CTAs of the fewest threads, from kSiluClusterThreads doubling up to
+// kSiluClusterMaxThreads, that leave a cluster the GPU schedules: small CTAs spread y's reads over
+// more SMs.
 template <typename T, class ScaleIndex>
 bool launch_silu_cluster(const SiluMulArgs<T>& args, float* g_out, uint8_t* data, uint8_t* scales,
                          const ScaleIndex& scale_index, cudaStream_t stream) {
   const auto kernel = silu_mul_quantize_cluster_kernel<T, ScaleIndex>;
-  const int device = c10::cuda::current_device();
-  if (at::cuda::getCurrentDeviceProperties()->major < 9 || !code_has_sm90_features(kernel, device)) return false;
   const int64_t octets = args.num_blocks * (kNvfp4Block / kOctet);  // a thread each
   for (int threads = kSiluClusterThreads; threads <= kSiluClusterMaxThreads; threads *= 2) {
-    const int64_t ctas = (octets + threads - 1) / threads;
-    if (ctas <= max_cluster_ctas(kernel, threads, kSiluMaxClusterCtas, device)) {
-      launch_one_cluster(kernel, static_cast<int>(ctas), threads, 0, stream, args, g_out, data, scales, scale_index);
+    if (launch_one_cluster_if_scheduled(kernel, (octets + threads - 1) / threads, threads, 0, stream, args, g_out, data,
+                                        scales, scale_index)) {
       return true;
     }
   }
@@ -223,6 +237,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rms_norm_
             // A CTA per SM where the grid fits so; else, for 16-bit x, the instance that fits two.
             constexpr int kDense = kRmsCtasPerSm<T, kResidual, Nvfp4Source>;
             const int one_threads = rms_one_launch_threads(rows, row_threads);
+            // Row groups of more than one CTA exchange within one cluster where one holds them.
+            const int64_t ctas = (rows + one_threads / row_threads - 1) / (one_threads / row_threads);
+            if (ctas > 1 && launch_one_cluster_if_scheduled(rms_norm_quantize_cluster_kernel<T, W, kResidual, Index>, ctas,
+                                                            one_threads, rms_smem_bytes(one_threads), stream, first_pass,
+                                                            out.g.mutable_data_ptr<float>(), data, scales, scale_index)) {
+              launched = true;
+              return;
+            }
             const auto launch = [&](auto kernel) {
               return launch_one_grid(kernel, rows, one_threads / row_threads, one_threads, rms_smem_bytes(one_threads), device,
                                      x.options(), stream, first_pass, out.g.mutable_data_ptr<float>(), data, scales, scale_index);

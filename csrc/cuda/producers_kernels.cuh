@@ -15,6 +15,7 @@
 
 #include "../common/producers.h"
 #include "async_copy.cuh"
+#include "cluster_exchange.cuh"
 #include "quantize_kernels.cuh"
 
 namespace fp4ops::cuda {
@@ -635,20 +636,21 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
   sink.finish(scratch);
 }
 
-// NVFP4 with its own g in one launch and one read, for rows that fit one cooperative grid (a
+// NVFP4 with its own g in one launch and one read, for rows that fit one launch's CTAs at once (a
 // decode step, a prefill chunk): CTAs that hold every row group at once (one each), each thread its
-// span of h in registers. The CTAs exchange the amax of y (grid_finite_amax), then each thread
-// encodes its y: the same y and the same amax as the two-launch path, so the same bytes. The
+// span of h in registers. The CTAs exchange the amax of y (`exchange_amax(thread's max bits,
+// scratch, amax scratch)`, the Nvfp4Source of y, after `begin_exchange()` on entry), then each
+// thread encodes its y: the same y and the same amax as the two-launch path, so the same bytes. The
 // instance built for a CTA per SM keeps y across the exchange (registers to spare). The one built
 // for kCtasPerSm = 2 (at most 64 registers a thread, as the two-launch kernel) keeps only h, a
 // 16-bit span in 16 registers, and computes y again from it (the same operations: the same y), so
 // that it holds twice the rows. The row is loaded before the weights are staged, so that
-// both loads are in flight at once. Dynamic shared memory as rms_norm_quantize_kernel;
-// cta_max_bits: the exchange's words, one per CTA.
-template <typename T, typename W, bool kResidual, class ScaleIndex, int kCtasPerSm>
-__global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quantize_one_launch_kernel(
-    RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
-    ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
+// both loads are in flight at once. Dynamic shared memory as rms_norm_quantize_kernel.
+template <typename T, typename W, bool kResidual, class ScaleIndex, int kCtasPerSm, typename BeginExchange,
+          typename ExchangeAmax>
+__device__ __forceinline__ void rms_norm_quantize_one_launch(const RmsNormArgs<T, W>& args, uint8_t* __restrict__ data,
+                                                             uint8_t* __restrict__ scales, const ScaleIndex& scale_index,
+                                                             BeginExchange&& begin_exchange, ExchangeAmax&& exchange_amax) {
   let_dependents_launch();
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (blockDim.x / args.row_threads);
   prefetch_older_inputs<kResidual>(args, row0, blockDim.x / args.row_threads);
@@ -659,6 +661,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
   __shared__ RmsRowScratch row_scratch;
   __shared__ uint32_t scratch[32];
   __shared__ AmaxExchangeScratch amax_scratch;
+  begin_exchange();
 
   const RowSpan span = RowSpans(args).at(args, row0);
   Vec8<T> h[kRmsSpan / 8];
@@ -681,7 +684,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
     }
   }
 
-  const auto format = make_format(grid_finite_amax(reducer.max_bits, scratch, amax_scratch, cta_max_bits, g_out), table);
+  const auto format = make_format(exchange_amax(reducer.max_bits, scratch, amax_scratch), table);
   __syncthreads();  // the format's table
   const BlockQuantizer<ScaleIndex> sink{data, scales, scale_index};
 #pragma unroll
@@ -698,6 +701,35 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quanti
       if (args.intermediate != nullptr) store_intermediate<kBlock>(args.intermediate + span.offset + b * kBlock, y);
     }
   }
+}
+
+// rms_norm_quantize_one_launch over a cooperative grid (every CTA resident at once), exchanging
+// through grid_finite_amax; cta_max_bits: its words, one per CTA.
+template <typename T, typename W, bool kResidual, class ScaleIndex, int kCtasPerSm>
+__global__ void __launch_bounds__(kRmsMaxRowThreads, kCtasPerSm) rms_norm_quantize_one_launch_kernel(
+    RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
+    ScaleIndex scale_index, uint32_t* __restrict__ cta_max_bits) {
+  rms_norm_quantize_one_launch<T, W, kResidual, ScaleIndex, kCtasPerSm>(
+      args, data, scales, scale_index, [] {},
+      [&](uint32_t thread_max_bits, uint32_t* scratch, AmaxExchangeScratch& amax_scratch) {
+        return grid_finite_amax(thread_max_bits, scratch, amax_scratch, cta_max_bits, g_out);
+      });
+}
+
+// rms_norm_quantize_one_launch over one thread-block cluster (compute capability 9.0 on),
+// exchanging through its CTAs' shared memory (cluster_exchange.cuh): no round trip to L2 and no
+// grid barrier. Built for a CTA per SM (y held).
+template <typename T, typename W, bool kResidual, class ScaleIndex>
+__global__ void __launch_bounds__(kRmsMaxRowThreads, 1) rms_norm_quantize_cluster_kernel(
+    RmsNormArgs<T, W> args, float* __restrict__ g_out, uint8_t* __restrict__ data, uint8_t* __restrict__ scales,
+    ScaleIndex scale_index) {
+  __shared__ ClusterExchange exchange;
+  rms_norm_quantize_one_launch<T, W, kResidual, ScaleIndex, 1>(
+      args, data, scales, scale_index, [&] { cluster_exchange_begin(exchange); },
+      [&](uint32_t thread_max_bits, uint32_t* scratch, AmaxExchangeScratch&) {
+        const uint32_t all = cluster_finite_max(block_reduce_max(thread_max_bits, scratch), exchange);
+        return Nvfp4SourceRead{Nvfp4Source{nullptr, true, g_out}, __uint_as_float(all)};
+      });
 }
 
 // SiLU-and-mul: grid-stride over the output's blocks of kBlock elements (the sink's block); block

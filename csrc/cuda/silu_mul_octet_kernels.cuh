@@ -7,6 +7,7 @@
 // chain of exp, division and encoding: what bounds a grid too small to fill the GPU.
 #pragma once
 
+#include "cluster_exchange.cuh"
 #include "producers_kernels.cuh"
 
 namespace fp4ops::cuda {
@@ -139,42 +140,10 @@ __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source sour
 }
 
 // NVFP4 with its own g in one launch of one thread-block cluster (compute capability 9.0 on): at
-// most kSiluMaxClusterCtas CTAs (beyond the portable 8 where the GPU schedules it,
-// max_cluster_ctas) of kSiluClusterThreads to kSiluClusterMaxThreads threads, an octet of y a
-// thread, y held in registers across cluster_max's exchange. A max does not depend on
-// the order, so this is the amax every other path finds, and g follows from it as there. Only the
-// mbarriers' initialization needs a cluster barrier, arrived at on entry and waited for after y:
-// none after the exchange (a barrier.cluster round costs about as much as the rest of the small
-// launch), and none at exit (a CTA's own mbarrier wait covers every store into it, so no CTA exits
-// while another can still write to it).
-constexpr int kSiluClusterThreads = 256, kSiluClusterMaxThreads = 512, kSiluMaxClusterCtas = 16;
-
-// The max of every CTA's `m` in a cluster whose CTAs all call this with the same `maxima` array and
-// initialized mbarrier `bar` (phase 0 unused): thread r < the cluster's size stores `m` into word
-// `rank` of CTA r's array with st.async, which counts its bytes on CTA r's mbarrier, and each CTA
-// reads its array once its own mbarrier has every word. A cluster of one CTA takes its own `m`:
-// st.async needs a peer CTA to store to.
-#if defined(FP4OPS_HW_CLUSTER)
-__device__ __forceinline__ uint32_t cluster_max(uint32_t m, uint32_t (&maxima)[kSiluMaxClusterCtas], uint32_t bar) {
-  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  const unsigned ctas = cluster.num_blocks();
-  if (ctas == 1) return m;
-  if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, ctas * sizeof(uint32_t));
-  if (threadIdx.x < ctas) {
-    const uint32_t word = static_cast<uint32_t>(__cvta_generic_to_shared(&maxima[cluster.block_rank()]));
-    uint32_t remote_word, remote_bar;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_word) : "r"(word), "r"(threadIdx.x));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar), "r"(threadIdx.x));
-    asm volatile("st.async.weak.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_word),
-                 "r"(m), "r"(remote_bar)
-                 : "memory");
-  }
-  mbarrier_wait(bar, 0);
-  uint32_t all = 0;
-  for (unsigned r = 0; r < ctas; ++r) all = max(all, maxima[r]);
-  return all;
-}
-#endif  // FP4OPS_HW_CLUSTER
+// most kMaxClusterCtas CTAs (beyond the portable 8 where the GPU schedules it, max_cluster_ctas)
+// of kSiluClusterThreads to kSiluClusterMaxThreads threads, an octet of y a thread, y held in
+// registers across the exchange (cluster_exchange.cuh). g follows from the amax as on every path.
+constexpr int kSiluClusterThreads = 256, kSiluClusterMaxThreads = 512;
 
 template <typename T, class ScaleIndex>
 __global__ void __launch_bounds__(kSiluClusterMaxThreads) silu_mul_quantize_cluster_kernel(
@@ -182,18 +151,11 @@ __global__ void __launch_bounds__(kSiluClusterMaxThreads) silu_mul_quantize_clus
     ScaleIndex scale_index) {
   let_dependents_launch();
   wait_for_primary_grid();
-#if defined(FP4OPS_HW_CLUSTER)
   constexpr int kBlock = kNvfp4Block;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ uint32_t scratch[32];
-  __shared__ alignas(8) uint64_t maxima_in;         // mbarrier: every CTA's word of `maxima` stored
-  __shared__ uint32_t maxima[kSiluMaxClusterCtas];  // word r: CTA r's finite max |y|
-  const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&maxima_in));
-  if (threadIdx.x == 0) {
-    mbarrier_init(bar);
-    fence_mbarrier_init();
-  }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  __shared__ ClusterExchange exchange;
+  cluster_exchange_begin(exchange);
   const OctetSlot<kBlock> slot = octet_slot<kBlock>(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
                                                     args.num_blocks * (kBlock / kOctet));
   float y[kOctet];
@@ -201,17 +163,12 @@ __global__ void __launch_bounds__(kSiluClusterMaxThreads) silu_mul_quantize_clus
   uint32_t max_bits = 0;
 #pragma unroll
   for (int j = 0; j < kOctet; ++j) max_bits = max(max_bits, __float_as_uint(finite_abs(y[j])));
-  const uint32_t m = block_reduce_max(max_bits, scratch);
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every CTA's mbarrier initialized
-  const uint32_t all = cluster_max(m, maxima, bar);
+  const uint32_t all = cluster_finite_max(block_reduce_max(max_bits, scratch), exchange);
   const auto format = make_format(Nvfp4SourceRead{Nvfp4Source{nullptr, true, g_out}, __uint_as_float(all)}, table);
   __syncthreads();  // the format's table
   const OctetQuantizer<ScaleIndex> sink{data, scales, scale_index};
   sink.put(format, slot.block, slot.lane, y, slot.live);
   store_octet_intermediate(args, slot, y);
-#else
-  __trap();  // the launcher takes the cooperative grid on these GPUs
-#endif
 }
 
 }  // namespace fp4ops::cuda
