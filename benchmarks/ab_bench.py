@@ -127,8 +127,9 @@ def run_rounds(trees: dict[str, pathlib.Path], rounds: int, bench_one, write_sum
     """The runs, side after side, round after round: `bench_one(tree, name)` for names new1, base1,
     ..., new2, ...; `write_summary(runs so far)` after each, so that a run that fails, or a machine
     whose time runs out, leaves the summary of what was done. With time_budget, a run is not started
-    where the longest run so far would end it past time_budget seconds after `started`. A failed run
-    ends the A/B with its log named."""
+    where the longest run so far would end it past time_budget seconds after `started`; a budget
+    spent before the first run ends the A/B with an error. A failed run ends the A/B with its log
+    named."""
     started = clock() if started is None else started
     runs: dict[str, pathlib.Path] = {}
     longest = 0.0
@@ -137,6 +138,9 @@ def run_rounds(trees: dict[str, pathlib.Path], rounds: int, bench_one, write_sum
             name = f"{side}{round_index}"
             elapsed = clock() - started
             if time_budget is not None and elapsed + longest > time_budget:
+                if not runs:  # an empty summary would read as an A/B with nothing to compare
+                    raise SystemExit(f"no run started: {elapsed:.0f} s of the {time_budget:.0f} s time budget were gone "
+                                     "before the first (the builds); give the A/B a larger --time-budget")
                 print(f"stopping before {name}: {elapsed:.0f} s gone, runs take up to {longest:.0f} s, "
                       f"budget {time_budget:.0f} s ({len(runs)} runs done)", flush=True)
                 return runs

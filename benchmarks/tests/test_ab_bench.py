@@ -203,6 +203,15 @@ def test_time_budget_starts_no_run_that_would_end_past_it(tmp_path):
     assert summaries[-1] == ["new1", "base1", "new2"]
 
 
+def test_a_time_budget_spent_by_the_builds_is_an_error_not_an_empty_summary(tmp_path):
+    clock = FakeClock()
+    ran = []
+    with pytest.raises(SystemExit, match=r"no run started: 135 s of the 130 s time budget"):
+        ab_bench.run_rounds({"new": tmp_path, "base": tmp_path}, 2, lambda tree, name: ran.append(name), lambda done: None,
+                            tmp_path, time_budget=130.0, started=clock.now - 135.0, clock=clock)
+    assert ran == []
+
+
 def test_a_failed_run_ends_the_ab_with_its_log_named_and_the_summary_written(tmp_path):
     def bench_one(tree, name):
         if name == "base1":
