@@ -12,6 +12,7 @@ in every_op.py (determinism, CUDA graphs, several GPUs)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -416,7 +417,11 @@ def test_silu_mul_own_global_scale_across_the_one_launch_rows(width, rows, layou
 
 
 def fp4ops_kernels_launched(fn) -> list[str]:
-    """Names of the fp4ops CUDA kernels that fn() launches."""
+    """Names of the fp4ops CUDA kernels that fn() launches. Under compute-sanitizer
+    (tools/sanitize.sh), where the torch profiler does not run, the test skips here, after the
+    kernels it has run so far."""
+    if os.environ.get("FP4OPS_UNDER_SANITIZER"):
+        pytest.skip("the torch profiler does not run under compute-sanitizer")
     fn()  # the first call sets the kernels' attributes up; profile a later one
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
