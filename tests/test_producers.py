@@ -367,7 +367,7 @@ def test_computed_global_scale(device, op):
 # holds the grid; two grid-wide passes above), at model widths. On an H100: 600 RMSNorm rows of
 # 4096 are more CTAs than it holds at one per SM (the instance built for two); 300 and 600 rows of
 # 16384 more than it holds at all (the two passes below the limit); 2 rows of 4096 run as one
-# CTA (a grid without a barrier), 4 and 16 rows (and 1-16 of 16384) as one cluster on Hopper, 17 as
+# CTA (a grid without a barrier), 4 and 16 rows (and 2-16 of 16384) as one cluster on Hopper, 17 as
 # a grid of a CTA a row: every form must give the same bytes. SiLU-mul: 2 and 4 rows of 14336 run
 # as one cluster of CTAs of 256 / 512 threads on Hopper, 5 as the grid; 300 rows of 14336 and 700
 # of 4096 take the instance with two output blocks a thread, 700 of 14336 the two passes.
