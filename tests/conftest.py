@@ -87,6 +87,34 @@ def cuda_has_kernel(op_name: str) -> bool:
     return HAS_CUDA and torch._C._dispatch_has_kernel_for_dispatch_key(f"fp4ops::{op_name}", "CUDA")
 
 
+def fp4ops_kernels_launched(fn) -> list[str]:
+    """Names of the fp4ops CUDA kernels that fn() launches. Under compute-sanitizer
+    (tools/sanitize.sh), where the torch profiler does not run, the test skips here, after the
+    kernels it has run so far."""
+    if os.environ.get("FP4OPS_UNDER_SANITIZER"):
+        pytest.skip("the torch profiler does not run under compute-sanitizer")
+    fn()  # the first call sets the kernels' attributes up; profile a later one
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
+
+
+def takes_one_cluster(ctas: int) -> bool | None:
+    """Whether a one-launch path of `ctas` CTAs (the producers' and dynamic NVFP4's) runs as one
+    thread-block cluster: where the GPU and the build's code have clusters (compute capability 9.0
+    on; not a build for older GPUs compiled by the driver) and the GPU schedules one that size (8
+    CTAs anywhere, 16 on Hopper and B200). None (either) for 9-16 CTAs on other GPUs."""
+    from fp4ops import _build
+
+    has_cluster_code = any(not arch.startswith("8.") for arch in _build.cuda_archs())
+    major = torch.cuda.get_device_capability()[0]
+    if major < 9 or not has_cluster_code or ctas > 16:
+        return False
+    return True if ctas <= 8 or major in (9, 10) else None
+
+
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """The raw bytes of a uint8/fp8 tensor, for exact comparisons."""
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t

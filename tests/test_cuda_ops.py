@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FLOAT_DTYPES, assert_exact, assert_same_bytes, edge_cases, requires_caching_allocator, requires_cuda
+from conftest import (
+    FLOAT_DTYPES,
+    assert_exact,
+    assert_same_bytes,
+    edge_cases,
+    fp4ops_kernels_launched,
+    requires_caching_allocator,
+    requires_cuda,
+    takes_one_cluster,
+)
 
 import fp4ops
 
@@ -46,6 +55,44 @@ def test_edge_cases_match_cpu(case, fmt, dtype):
 def test_sizes_across_the_single_block_threshold(numel, fmt):
     x = torch.randn(numel // 64, 64, dtype=torch.bfloat16) * torch.exp2(torch.randint(-8, 8, (numel // 64, 1)).float()).bfloat16()
     check_cuda_matches_cpu(x, fmt)
+
+
+def own_scale_quantize_kernels(numel: int, element_size: int) -> tuple[str, ...]:
+    """The kernels dynamic NVFP4 may take over `numel` elements (quantize.cu): one cluster of a chunk
+    (32 bytes of x) a thread in CTAs of the fewest of 256, 512 or 1024 threads that leave at most 16
+    (takes_one_cluster); else one block up to 2^16 elements, or the zeroing, amax and quantize kernels."""
+    chunks = numel * element_size // 32
+    threads = next((t for t in (256, 512, 1024) if chunks <= 16 * t), None)
+    cluster = takes_one_cluster(-(-chunks // threads)) if threads else False
+    other = ("single_block",) if numel <= 1 << 16 else ("zero_words", "amax_kernel", "quantize_kernel")
+    return {True: ("cluster",), False: other, None: ("cluster", *other)}[cluster]
+
+
+# Rows of 4096 each side of the one-cluster bounds: 16384 chunks (64 rows of 16-bit x, 32 of fp32)
+# and CTAs of 256 / 512 threads (16 / 32 rows of 16-bit x), and of the single block's 2^16 elements.
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+@pytest.mark.parametrize(("rows", "dtype"), [(1, torch.bfloat16), (8, torch.float16), (16, torch.bfloat16),
+                                             (17, torch.bfloat16), (32, torch.float16), (33, torch.bfloat16),
+                                             (64, torch.bfloat16), (65, torch.bfloat16), (16, torch.float32),
+                                             (32, torch.float32), (33, torch.float32)])
+def test_own_scale_quantize_kernels_by_size(rows, dtype, layout):
+    """Dynamic NVFP4 on each side of each kernel's bound: bit for bit the CPU kernel (codes, scales,
+    g), through the kernels own_scale_quantize_kernels names."""
+    x = (torch.randn(rows, 4096) * torch.exp2(torch.randint(-8, 8, (rows, 1)).float())).to(dtype)
+    x[0, :16] = float("nan")  # a NaN block
+    x[-1, torch.randint(0, 4096, ())] = 3e4  # the amax anywhere in the last row
+    got = fp4ops.quantize_nvfp4(x.cuda(), scale_layout=layout)
+    want = fp4ops.quantize_nvfp4(x, scale_layout=layout)
+    assert_same_bytes(got.data, want.data, "data")
+    assert_same_bytes(got.scales, want.scales, "scales")
+    assert_exact(got.global_scale, want.global_scale)
+    x_gpu = x.cuda()
+    names = fp4ops_kernels_launched(lambda: fp4ops.quantize_nvfp4(x_gpu, scale_layout=layout))
+    expected = own_scale_quantize_kernels(x.numel(), x.element_size())
+    if expected == ("zero_words", "amax_kernel", "quantize_kernel"):
+        assert len(names) == 3 and all(k in n for k, n in zip(expected, names)), names
+    else:
+        assert len(names) == 1 and any(k in names[0] for k in expected), names
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)

@@ -12,7 +12,6 @@ in every_op.py (determinism, CUDA graphs, several GPUs)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import pytest
@@ -25,8 +24,10 @@ from conftest import (
     assert_same_bytes,
     cuda_has_kernel,
     edge_cases,
+    fp4ops_kernels_launched,
     requires_caching_allocator,
     requires_cuda,
+    takes_one_cluster,
 )
 
 import fp4ops
@@ -417,35 +418,10 @@ def test_silu_mul_own_global_scale_across_the_one_launch_rows(width, rows, layou
     assert_same_quantized(run_silu(x, t, intermediate=False), out, "return_intermediate=False")
 
 
-def fp4ops_kernels_launched(fn) -> list[str]:
-    """Names of the fp4ops CUDA kernels that fn() launches. Under compute-sanitizer
-    (tools/sanitize.sh), where the torch profiler does not run, the test skips here, after the
-    kernels it has run so far."""
-    if os.environ.get("FP4OPS_UNDER_SANITIZER"):
-        pytest.skip("the torch profiler does not run under compute-sanitizer")
-    fn()  # the first call sets the kernels' attributes up; profile a later one
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "fp4ops" in e.name]
-
-
 def one_cluster_kernels(ctas: int) -> tuple[str, ...]:
-    """The kernels NVFP4 with its own g may take over `ctas` CTAs (producers.cu): one thread-block
-    cluster where the GPU and the build's code have clusters (compute capability 9.0 on; not a
-    build for older GPUs compiled by the driver) and the GPU schedules one that size (8 CTAs
-    anywhere, 16 on Hopper and B200), else the cooperative grid. Clusters of 9-16 CTAs on other
-    GPUs: either."""
-    from fp4ops import _build
-
-    has_cluster_code = any(not arch.startswith("8.") for arch in _build.cuda_archs())
-    major = torch.cuda.get_device_capability()[0]
-    if major < 9 or not has_cluster_code or ctas > 16:
-        return ("one_launch",)
-    if ctas <= 8 or major in (9, 10):
-        return ("cluster",)
-    return ("cluster", "one_launch")
+    """The kernels NVFP4 with its own g may take over `ctas` CTAs (producers.cu): one cluster, or the
+    cooperative grid (takes_one_cluster)."""
+    return {True: ("cluster",), False: ("one_launch",), None: ("cluster", "one_launch")}[takes_one_cluster(ctas)]
 
 
 def silu_own_g_kernels(octets: int) -> tuple[str, ...]:

@@ -57,7 +57,7 @@ def require_arch(arch: str) -> None:
 
 # Kernel names as they appear in mangled symbols; a letter may not precede them, so
 # "quantize_kernel" does not also match "dequantize_kernel".
-ENCODERS = ("cast_to_e2m1_kernel", "quantize_kernel", "quantize_nvfp4_single_block_kernel")
+ENCODERS = ("cast_to_e2m1_kernel", "quantize_kernel", "quantize_nvfp4_single_block_kernel", "quantize_nvfp4_cluster_kernel")
 DECODERS = ("cast_from_e2m1_kernel", "dequantize_kernel", "gemv_kernel")
 
 

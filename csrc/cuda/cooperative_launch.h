@@ -1,4 +1,4 @@
-// Host side of the producers' one-launch paths (producers.cu): a cooperative grid, whose CTAs are
+// Host side of the one-launch paths (the producers' and dynamic NVFP4's): a cooperative grid, whose CTAs are
 // all resident at once, so that cooperative_groups::this_grid().sync() is valid in it, or one
 // thread-block cluster. Both launch as programmatic dependents of the kernel before them where the
 // kernel's code waits for it (code_has_sm90_features), as launch_dependent does: the one-launch
@@ -8,6 +8,7 @@
 // start), so it never takes the place of a CTA the grid's barrier waits for.
 #pragma once
 
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cluster_exchange.cuh"
 #include "launch_utils.h"
 #include "pdl_launch.cuh"
 
@@ -92,6 +94,23 @@ void launch_one_cluster(void (*kernel)(KernelArgs...), int ctas, int threads, si
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   launch_one_launch_kernel(attribute, true, kernel, ctas, threads, smem, stream, std::forward<Args>(args)...);
+}
+
+// Launches `kernel` as one thread-block cluster of `ctas` CTAs of `threads` threads with `smem`
+// bytes of dynamic shared memory where the GPU and the kernel's code have clusters (PTX below 9.0,
+// as a build for older GPUs that the driver compiles for a newer one, has none) and the GPU
+// schedules a cluster that size (max_cluster_ctas); false where it launches nothing.
+template <typename... KernelArgs, typename... Args>
+bool launch_one_cluster_if_scheduled(void (*kernel)(KernelArgs...), int64_t ctas, int threads, size_t smem,
+                                     cudaStream_t stream, Args&&... args) {
+  const int device = c10::cuda::current_device();
+  if (ctas > kMaxClusterCtas || at::cuda::getCurrentDeviceProperties()->major < 9 || !code_has_sm90_features(kernel, device)) {
+    return false;
+  }
+  allow_dynamic_smem(kernel, smem, device);
+  if (ctas > max_cluster_ctas(kernel, threads, smem, kMaxClusterCtas, device)) return false;
+  launch_one_cluster(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...);
+  return true;
 }
 
 }  // namespace fp4ops::cuda

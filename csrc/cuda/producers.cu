@@ -91,23 +91,6 @@ bool launch_one_grid(void (*kernel)(KernelArgs...), int64_t work, int64_t per_ct
   return true;
 }
 
-// Launches `kernel` as one thread-block cluster of `ctas` CTAs of `threads` threads with `smem`
-// bytes of dynamic shared memory where the GPU and the kernel's code have clusters (PTX below 9.0,
-// as a build for older GPUs that the driver compiles for a newer one, has none) and the GPU
-// schedules a cluster that size (max_cluster_ctas); false where it launches nothing.
-template <typename... KernelArgs, typename... Args>
-bool launch_one_cluster_if_scheduled(void (*kernel)(KernelArgs...), int64_t ctas, int threads, size_t smem,
-                                     cudaStream_t stream, Args&&... args) {
-  const int device = c10::cuda::current_device();
-  if (ctas > kMaxClusterCtas || at::cuda::getCurrentDeviceProperties()->major < 9 || !code_has_sm90_features(kernel, device)) {
-    return false;
-  }
-  allow_dynamic_smem(kernel, smem, device);
-  if (ctas > max_cluster_ctas(kernel, threads, smem, kMaxClusterCtas, device)) return false;
-  launch_one_cluster(kernel, static_cast<int>(ctas), threads, smem, stream, std::forward<Args>(args)...);
-  return true;
-}
-
 // Launches silu_mul_quantize_cluster_kernel over all of y where one cluster holds it (false where
 // it launches nothing), in CTAs of the fewest threads, from kSiluClusterThreads doubling up to
 // kSiluClusterMaxThreads, that leave a cluster the GPU schedules: small CTAs spread y's reads over

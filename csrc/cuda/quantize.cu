@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "../common/op_checks.h"
+#include "cooperative_launch.h"
 #include "kernels_cuda.h"
 #include "launch_utils.h"
 #include "quantize_kernels.cuh"
@@ -16,8 +17,11 @@ constexpr int kThreads = 256;
 // Chunks per thread, at most (grid_for; docs/performance.md, "Grid sizing of the element-wise
 // kernels").
 constexpr int64_t kQuantizeMaxSteps = 8;
-// Dynamic NVFP4 up to this many elements runs as one launch of one block (decode-time
-// activations such as 1 x 4096): cheaper than an amax launch plus a quantize launch.
+// Dynamic NVFP4 of a decode step's activations (up to 64 rows of 4096 in 16-bit x) runs as one
+// launch of one thread-block cluster where the GPU and the code have clusters, a chunk a thread;
+// else, up to kSingleBlockMaxNumel elements, as one launch of one block. Either is cheaper than the
+// zeroing, an amax launch and a quantize launch.
+constexpr int kClusterQuantizeThreads = 256;
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
 constexpr int kSingleBlockThreads = 1024;
 
@@ -84,6 +88,34 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
   });
 }
 
+// Launches quantize_nvfp4_cluster_kernel over `input` where one cluster of a chunk a thread holds
+// it (false where it launches nothing), in CTAs of the fewest threads, from kClusterQuantizeThreads
+// doubling up to kClusterQuantizeMaxThreads, that leave a cluster the GPU schedules: small CTAs
+// spread the reads over more SMs.
+bool launch_quantize_nvfp4_cluster(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out, bool swizzled,
+                                   cudaStream_t stream) {
+  if (input.numel() == 0) return false;  // a launch needs a CTA; the single block writes g for no input
+  uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
+  uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
+  float* g = scale_out.mutable_data_ptr<float>();
+  bool launched = false;
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
+    with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
+      with_bool(is_aligned(x, 16), [&](auto aligned) {
+        const auto kernel = quantize_nvfp4_cluster_kernel<T, decltype(aligned)::value, decltype(scale_index)>;
+        for (int threads = kClusterQuantizeThreads; threads <= kClusterQuantizeMaxThreads && !launched; threads *= 2) {
+          launched = launch_one_cluster_if_scheduled(kernel, (num_chunks + threads - 1) / threads, threads, 0, stream, x,
+                                                     num_chunks, g, data, scales, scale_index);
+        }
+      });
+    });
+  });
+  return launched;
+}
+
 }  // namespace
 
 at::Tensor amax(const at::Tensor& x) {
@@ -111,13 +143,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& 
   if (global_scale.has_value()) {
     const at::Tensor given = global_scale->reshape({}).contiguous();
     launch_quantize(input, Nvfp4Source{given.const_data_ptr<float>(), false, g.mutable_data_ptr<float>()}, out, swizzled, stream);
-  } else if (input.numel() <= kSingleBlockMaxNumel) {
-    launch_quantize_nvfp4_single_block(input, g, out, swizzled, stream);
-  } else {
-    at::Tensor amax_value = at::empty({}, x.options().dtype(at::kFloat));
-    launch_amax(input, amax_value, stream);
-    launch_quantize(input, Nvfp4Source{amax_value.const_data_ptr<float>(), true, g.mutable_data_ptr<float>()}, out,
-                    swizzled, stream);
+  } else if (!launch_quantize_nvfp4_cluster(input, g, out, swizzled, stream)) {
+    if (input.numel() <= kSingleBlockMaxNumel) {
+      launch_quantize_nvfp4_single_block(input, g, out, swizzled, stream);
+    } else {
+      at::Tensor amax_value = at::empty({}, x.options().dtype(at::kFloat));
+      launch_amax(input, amax_value, stream);
+      launch_quantize(input, Nvfp4Source{amax_value.const_data_ptr<float>(), true, g.mutable_data_ptr<float>()}, out,
+                      swizzled, stream);
+    }
   }
   return {out.data, out.scales, g};
 }

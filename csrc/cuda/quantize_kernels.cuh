@@ -15,6 +15,7 @@
 #include "../common/block_formats.h"
 #include "../common/scale_layout.h"
 #include "amax_kernels.cuh"
+#include "cluster_exchange.cuh"
 #include "element_types.cuh"
 
 namespace fp4ops::cuda {
@@ -246,6 +247,32 @@ __global__ void quantize_nvfp4_single_block_kernel(const T* __restrict__ x, int6
   const Nvfp4Format format{nvfp4_global_scale_from_amax(__uint_as_float(amax_bits))};
   if (threadIdx.x == 0) *scale_out = format.global_scale;
   quantize_chunks<T, kAligned>(x, num_chunks, threadIdx.x, blockDim.x, format, data, scales, scale_index);
+}
+
+// NVFP4 with its own g in one launch of one thread-block cluster (compute capability 9.0 on), for
+// inputs of at most kMaxClusterCtas CTAs of a chunk a thread: the single-block kernel's steps over
+// the cluster's threads, the CTAs' maxima exchanged through shared memory (cluster_exchange.cuh)
+// before any chunk is encoded. A max does not depend on the order, so this is the single-block
+// kernel's g and its bytes, on up to 16 SMs instead of one.
+constexpr int kClusterQuantizeMaxThreads = 1024;
+
+template <typename T, bool kAligned, class ScaleIndex>
+__global__ void __launch_bounds__(kClusterQuantizeMaxThreads) quantize_nvfp4_cluster_kernel(
+    const T* __restrict__ x, int64_t num_chunks, float* __restrict__ scale_out, uint8_t* __restrict__ data,
+    uint8_t* __restrict__ scales, ScaleIndex scale_index) {
+  let_dependents_launch();
+  wait_for_primary_grid();  // a programmatic dependent (quantize.cu): the kernel before may write x
+  __shared__ uint32_t scratch[32];
+  __shared__ ClusterExchange exchange;
+  cluster_exchange_begin(exchange);
+  const int64_t numel = num_chunks * kElemsPer32Bytes<T>;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const uint32_t cta_max_bits = block_reduce_max(thread_finite_max_bits<T, kAligned>(x, numel, thread, threads), scratch);
+  const uint32_t amax_bits = cluster_finite_max(cta_max_bits, exchange);
+  const Nvfp4Format format{nvfp4_global_scale_from_amax(__uint_as_float(amax_bits))};
+  if (thread == 0) *scale_out = format.global_scale;
+  quantize_chunks<T, kAligned>(x, num_chunks, thread, threads, format, data, scales, scale_index);
 }
 
 }  // namespace fp4ops::cuda
