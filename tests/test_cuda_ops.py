@@ -58,20 +58,26 @@ def test_sizes_across_the_single_block_threshold(numel, fmt):
 
 
 def own_scale_quantize_kernels(numel: int, element_size: int) -> tuple[str, ...]:
-    """The kernels dynamic NVFP4 may take over `numel` elements (quantize.cu): one cluster of a chunk
-    (32 bytes of x) a thread in CTAs of the fewest of 256, 512 or 1024 threads that leave at most 16
+    """The kernels dynamic NVFP4 may take over `numel` elements (quantize.cu): one block of 1024
+    threads where they hold the input at a chunk (32 bytes of x) a thread; else one cluster of a
+    chunk a thread in CTAs of the fewest of 256, 512 or 1024 threads that leave at most 16
     (takes_one_cluster); else one block up to 2^16 elements, or the zeroing, amax and quantize kernels."""
     chunks = numel * element_size // 32
+    if chunks <= 1024:
+        return ("single_block",)
     threads = next((t for t in (256, 512, 1024) if chunks <= 16 * t), None)
     cluster = takes_one_cluster(-(-chunks // threads)) if threads else False
     other = ("single_block",) if numel <= 1 << 16 else ("zero_words", "amax_kernel", "quantize_kernel")
     return {True: ("cluster",), False: other, None: ("cluster", *other)}[cluster]
 
 
-# Rows of 4096 each side of the one-cluster bounds: 16384 chunks (64 rows of 16-bit x, 32 of fp32)
-# and CTAs of 256 / 512 threads (16 / 32 rows of 16-bit x), and of the single block's 2^16 elements.
+# Rows of 4096 each side of the one-cluster bounds: 1024 chunks (4 rows of 16-bit x, 2 of fp32),
+# 16384 chunks (64 rows of 16-bit x, 32 of fp32) and CTAs of 256 / 512 threads (16 / 32 rows of
+# 16-bit x), and of the single block's 2^16 elements.
 @pytest.mark.parametrize("layout", ["linear", "swizzled"])
-@pytest.mark.parametrize(("rows", "dtype"), [(1, torch.bfloat16), (8, torch.float16), (16, torch.bfloat16),
+@pytest.mark.parametrize(("rows", "dtype"), [(1, torch.bfloat16), (4, torch.bfloat16), (5, torch.float16),
+                                             (2, torch.float32), (3, torch.float32),
+                                             (8, torch.float16), (16, torch.bfloat16),
                                              (17, torch.bfloat16), (32, torch.float16), (33, torch.bfloat16),
                                              (64, torch.bfloat16), (65, torch.bfloat16), (16, torch.float32),
                                              (32, torch.float32), (33, torch.float32)])

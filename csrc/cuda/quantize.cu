@@ -17,10 +17,11 @@ constexpr int kThreads = 256;
 // Chunks per thread, at most (grid_for; docs/performance.md, "Grid sizing of the element-wise
 // kernels").
 constexpr int64_t kQuantizeMaxSteps = 8;
-// Dynamic NVFP4 of a decode step's activations (up to 64 rows of 4096 in 16-bit x) runs as one
-// launch of one thread-block cluster where the GPU and the code have clusters, a chunk a thread;
-// else, up to kSingleBlockMaxNumel elements, as one launch of one block. Either is cheaper than the
-// zeroing, an amax launch and a quantize launch.
+// Dynamic NVFP4 of a decode step's activations runs as one launch, cheaper than the zeroing, an
+// amax launch and a quantize launch: one block where its threads hold the input at a chunk a thread
+// (its reads then take one step, as a cluster's would, without the cluster's exchange); else one
+// thread-block cluster of a chunk a thread (up to 64 rows of 4096 in 16-bit x) where the GPU and
+// the code have clusters, or else one block up to kSingleBlockMaxNumel elements.
 constexpr int kClusterQuantizeThreads = 256;
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
 constexpr int kSingleBlockThreads = 1024;
@@ -88,13 +89,12 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
   });
 }
 
-// Launches quantize_nvfp4_cluster_kernel over `input` where one cluster of a chunk a thread holds
-// it (false where it launches nothing), in CTAs of the fewest threads, from kClusterQuantizeThreads
-// doubling up to kClusterQuantizeMaxThreads, that leave a cluster the GPU schedules: small CTAs
-// spread the reads over more SMs.
+// Launches quantize_nvfp4_cluster_kernel over `input` (not empty) where one cluster of a chunk a
+// thread holds it (false where it launches nothing), in CTAs of the fewest threads, from
+// kClusterQuantizeThreads doubling up to kClusterQuantizeMaxThreads, that leave a cluster the GPU
+// schedules: small CTAs spread the reads over more SMs.
 bool launch_quantize_nvfp4_cluster(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out, bool swizzled,
                                    cudaStream_t stream) {
-  if (input.numel() == 0) return false;  // a launch needs a CTA; the single block writes g for no input
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
   float* g = scale_out.mutable_data_ptr<float>();
@@ -143,7 +143,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_nvfp4(const at::Tensor& 
   if (global_scale.has_value()) {
     const at::Tensor given = global_scale->reshape({}).contiguous();
     launch_quantize(input, Nvfp4Source{given.const_data_ptr<float>(), false, g.mutable_data_ptr<float>()}, out, swizzled, stream);
-  } else if (!launch_quantize_nvfp4_cluster(input, g, out, swizzled, stream)) {
+  } else if (input.numel() * input.element_size() / 32 <= kSingleBlockThreads ||  // 32-byte chunks
+             !launch_quantize_nvfp4_cluster(input, g, out, swizzled, stream)) {
     if (input.numel() <= kSingleBlockMaxNumel) {
       launch_quantize_nvfp4_single_block(input, g, out, swizzled, stream);
     } else {
