@@ -18,7 +18,6 @@ import pytest
 import torch
 from conftest import (
     FLOAT_DTYPES,
-    HAS_CUDA,
     as_bytes,
     assert_exact,
     assert_same_bytes,
