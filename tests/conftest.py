@@ -105,7 +105,9 @@ def takes_one_cluster(ctas: int) -> bool | None:
     """Whether a one-launch path of `ctas` CTAs (the producers' and dynamic NVFP4's) runs as one
     thread-block cluster: where the GPU and the build's code have clusters (compute capability 9.0
     on; not a build for older GPUs compiled by the driver) and the GPU schedules one that size (8
-    CTAs anywhere, 16 on Hopper and B200). None (either) for 9-16 CTAs on other GPUs."""
+    CTAs anywhere, 16 on Hopper and B200). None (either) for 9-16 CTAs on other GPUs. The build's
+    architectures come from FP4OPS_CUDA_ARCHS, as the build took them: run the tests with the value
+    the extension was built with (tools/gpu_check.sh does)."""
     from fp4ops import _build
 
     has_cluster_code = any(not arch.startswith("8.") for arch in _build.cuda_archs())
