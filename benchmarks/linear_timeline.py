@@ -107,8 +107,9 @@ def median_phases(phases: list[dict]) -> dict:
     return {name: statistics.median(p[name] for p in phases) for name in PHASES}
 
 
-def profiled_kernels(graph: torch.cuda.CUDAGraph, replays: int) -> list[list[Kernel]]:
-    """The GPU kernels of each of `replays` replays of `graph`, each replay profiled on its own."""
+def profiled_kernels(graph: torch.cuda.CUDAGraph, replays: int, keep=lambda name: role(name) is not None) -> list[list[Kernel]]:
+    """The GPU kernels of each of `replays` replays of `graph` whose names `keep` accepts (default:
+    the linear layers' kernels), each replay profiled on its own."""
     from torch.profiler import ProfilerActivity, profile
 
     runs = []
@@ -117,7 +118,7 @@ def profiled_kernels(graph: torch.cuda.CUDAGraph, replays: int) -> list[list[Ker
             graph.replay()
             torch.cuda.synchronize()
         runs.append([Kernel(ev.name, ev.time_range.start, ev.time_range.end) for ev in prof.events()
-                     if ev.device_type == torch.autograd.DeviceType.CUDA and role(ev.name) is not None])
+                     if ev.device_type == torch.autograd.DeviceType.CUDA and keep(ev.name)])
     return runs
 
 

@@ -1,0 +1,145 @@
+"""benchmarks/w4a4_timeline.py on the CPU: the split of a profile's kernels into the chain's stages
+and layers, and each stage's span. Profiling a graph needs a GPU; these feed it kernel timelines made
+up here from the kernels' real names, each producer on one of its paths at random."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from benchmarks import w4a4_timeline as wt
+
+LINEAR = {
+    "prep": "void fp4ops::cuda::linear_x_decode_kernel<fp4ops::Nvfp4Format>(fp4ops::cuda::LinearArgs)",
+    "main": "void fp4ops::cuda::linear_mma_kernel<fp4ops::Nvfp4Format, fp4ops::Nvfp4Format, 1, true, false>(fp4ops::cuda::LinearArgs)",
+    "reduce": "fp4ops::cuda::linear_reduce_kernel(fp4ops::cuda::LinearArgs)",
+}
+ZERO = "fp4ops::cuda::zero_words_kernel(unsigned int*, long)"
+# Each producer stage's kernels on each of its paths (one launch, or its own g's separate passes).
+PATHS = {
+    "norm": [["void fp4ops::cuda::rms_norm_quantize_kernel<__nv_bfloat16, true>(fp4ops::cuda::RmsNormArgs)"],
+             ["void fp4ops::cuda::rms_norm_quantize_cluster_kernel<__nv_bfloat16>(fp4ops::cuda::RmsNormArgs)"],
+             [ZERO, "void fp4ops::cuda::rms_norm_quantize_kernel<fp4ops::cuda::AmaxTarget>(fp4ops::cuda::RmsNormArgs)",
+              "void fp4ops::cuda::rms_norm_quantize_kernel<fp4ops::cuda::Nvfp4Source>(fp4ops::cuda::RmsNormArgs)"]],
+    "quantize": [["void fp4ops::cuda::quantize_nvfp4_single_block_kernel<__nv_bfloat16, true>(__nv_bfloat16 const*, long)"],
+                 ["void fp4ops::cuda::quantize_nvfp4_cluster_kernel<__nv_bfloat16, true>(__nv_bfloat16 const*, long)"],
+                 [ZERO, "void fp4ops::cuda::amax_kernel<__nv_bfloat16>(__nv_bfloat16 const*, long, unsigned int*)",
+                  "void fp4ops::cuda::quantize_kernel<__nv_bfloat16, true, fp4ops::cuda::Nvfp4Source>(__nv_bfloat16 const*)"]],
+    "silu_mul": [["void fp4ops::cuda::silu_mul_quantize_octets_kernel<__nv_bfloat16>(fp4ops::cuda::SiluMulArgs)"],
+                 ["void fp4ops::cuda::silu_mul_quantize_cluster_kernel<__nv_bfloat16>(fp4ops::cuda::SiluMulArgs)"]],
+}
+
+
+def random_chain(layer_count: int, rng: random.Random) -> tuple[list, list, list]:
+    """The kernels of `layer_count` layers with random durations and early starts; each layer's
+    stage start times and each stage's kernel names as built."""
+    kernels, starts, names, t = [], [], [], 0.0
+    for _ in range(layer_count):
+        layer_starts, layer_names = [], []
+        for kind in wt.KINDS:
+            if kind == "linear":
+                parts = (["prep"] if rng.random() < 0.5 else []) + ["main"] + (["reduce"] if rng.random() < 0.7 else [])
+                group = [LINEAR[part] for part in parts]
+            else:
+                group = rng.choice(PATHS[kind])
+            layer_starts.append(t)
+            layer_names.append(group)
+            for name in group:
+                length = rng.uniform(0.5, 20.0)
+                kernels.append(wt.Kernel(name, t, t + length))
+                # The next kernel starts after this one did (launch order), maybe long before it ends.
+                t += rng.uniform(0.01, length * 1.5)
+        starts.append(layer_starts)
+        names.append(layer_names)
+    return kernels, starts, names
+
+
+def test_stages_and_spans_match_the_timeline():
+    rng = random.Random()
+    layer_count = rng.randint(2, 6)
+    kernels, starts, names = random_chain(layer_count, rng)
+    rng.shuffle(kernels)  # the profiler's order is not the start order
+    layers = wt.layers_of(kernels)
+    assert [[[k.name for k in group] for group in layer] for layer in layers] == names
+    spans = wt.layer_spans(layers)
+    assert len(spans) == layer_count - 1  # the last layer has no successor
+    for i, got in enumerate(spans):
+        following = [*starts[i][1:], starts[i + 1][0]]
+        for stage, start, end in zip(wt.STAGES, starts[i], following):
+            assert got[stage] == pytest.approx(end - start, abs=1e-9), stage
+        assert sum(got[stage] for stage in wt.STAGES) == pytest.approx(got["period"])
+        assert got["period"] == pytest.approx(starts[i + 1][0] - starts[i][0])
+
+
+def test_profiles_that_are_not_whole_layers_are_refused():
+    rng = random.Random()
+    kernels, starts, _ = random_chain(2, rng)
+    ordered = sorted(kernels, key=lambda k: k.start)
+    with pytest.raises(ValueError, match="not whole layers"):  # the first norm left out
+        wt.layers_of([k for k in ordered if k.start >= starts[0][1]])
+    with pytest.raises(ValueError, match="reduction without"):
+        wt.layers_of([wt.Kernel(LINEAR["reduce"], 0.0, 1.0)])
+    with pytest.raises(ValueError, match="not whole layers"):  # a stage missing in the middle
+        wt.layers_of([k for k in ordered if "silu_mul" not in k.name])
+
+
+def test_short_names():
+    assert wt.short_name(PATHS["norm"][1][0]) == "rms_norm_quantize_cluster_kernel"
+    assert wt.short_name(LINEAR["reduce"]) == "linear_reduce_kernel"
+    assert wt.short_name(ZERO) == "zero_words_kernel"
+
+
+def saved_run(rng: random.Random, variants, rows_measured) -> dict:
+    rows = []
+    for variant in variants:
+        for m in rows_measured:
+            spans = {stage: rng.uniform(0.5, 30.0) for stage in wt.STAGES}
+            rows.append({"variant": variant, "rows": m, "layers": 8, "span_us": spans, "period_us": sum(spans.values()),
+                         "unprofiled_us": rng.uniform(50.0, 150.0),
+                         "kernels": {stage: ["some_kernel"] for stage in wt.STAGES}})
+    return {"banner_line": "GPU | torch | commit", "rows": rows}
+
+
+def test_markdown_has_every_row_and_the_own_g_costs():
+    rng = random.Random()
+    result = saved_run(rng, ["nvfp4", "nvfp4 own g", "mxfp4"], [1, 64])
+    text = wt.markdown(result)
+    assert text.count("| nvfp4 own g |") == 4  # the stage table and the producers' kernels, 2 rows each
+    assert "What dynamic activation scales add" in text
+    static, own = result["rows"][1], result["rows"][3]  # 64 rows each
+    assert f"{own['span_us']['o quantize'] - static['span_us']['o quantize']:+.2f}" in text
+    assert "What dynamic" not in wt.markdown(saved_run(rng, ["mxfp4"], [1]))
+
+
+def test_replot_and_compare_need_no_gpu(tmp_path, monkeypatch, capsys):
+    rng = random.Random()
+    base, new = saved_run(rng, ["nvfp4"], [1, 8]), saved_run(rng, ["nvfp4"], [8, 64])
+    paths = [tmp_path / "w4a4_timeline_base.json", tmp_path / "w4a4_timeline_new.json"]
+    for path, run in zip(paths, (base, new)):
+        path.write_text(wt.json.dumps(run))
+    monkeypatch.setattr(wt.torch.cuda, "is_available", lambda: False)
+    assert wt.main(["--replot", str(paths[1])])["rows"] == new["rows"]
+    assert (tmp_path / "w4a4_timeline_new.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "w4a4_timeline_new.md").read_text().count("| nvfp4 ") == 4
+    wt.main(["--compare", str(paths[0]), str(paths[1])])
+    text = capsys.readouterr().out
+    assert text.count("| nvfp4 ") == 1  # 8 rows: the only batch both runs measured
+    b8, n8 = base["rows"][1], new["rows"][0]
+    assert f"{n8['span_us']['down'] - b8['span_us']['down']:+.2f}" in text
+
+
+def test_without_a_gpu_it_says_so(capsys, monkeypatch):
+    monkeypatch.setattr(wt.torch.cuda, "is_available", lambda: False)
+    assert wt.main([]) is None
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_arguments():
+    args = wt.parse_args([])
+    assert args.variants == list(wt.VARIANTS) and args.rows == wt.ROWS and args.layers == wt.LAYERS
+    assert wt.parse_args(["--variants", "nvfp4 own g"]).variants == ["nvfp4 own g"]
+    for bad in (["--variants", "fp8"], ["--layers", "1"]):
+        with pytest.raises(SystemExit):
+            wt.parse_args(bad)
+    assert wt.variant_format("nvfp4 own g") == ("nvfp4", True) and wt.variant_format("mxfp4") == ("mxfp4", False)

@@ -1,0 +1,296 @@
+"""Where a W4A4 decoder layer's time goes: the kernels' timeline of benchmarks/w4a4_layers.py's chain
+inside its CUDA graph, stage by stage.
+
+    python -m benchmarks.w4a4_timeline                          # default rows, every variant
+    python -m benchmarks.w4a4_timeline --rows 8 64 --variants nvfp4 "nvfp4 own g"
+    python -m benchmarks.w4a4_timeline --compare BASE.json NEW.json   # two builds, stage by stage
+
+The decode stream times the chain (Llama-3.1-8B's layers without attention, on fp4ops' producers and
+FP4 x FP4 linears) as a whole. This replays the same graph under the PyTorch profiler, reads each
+fp4ops kernel's start on the GPU, and splits every layer's period into its nine stages (STAGES: the
+attention norm, the q and k/v linears, the quantizer of o's input, the o linear, the MLP norm, the
+gate/up linear, SiLU-and-mul, the down linear). A stage's span runs from its first kernel's start to
+the next stage's first start, so the spans add up to the period, and a stage that lets the next one
+start early (programmatic dependent launch) is charged only up to that start. Medians over the
+layers of every replay (a replay's last layer has no successor and gives no period). Each row also
+gives the same graph's time per layer without the profiler (`unprofiled`), and the kernels each stage
+launched in the first layer profiled (which path a producer took: one block, a cluster, a grid, or
+separate passes). Where the run has "nvfp4" and "nvfp4 own g" at the same rows, the table of what
+dynamic activation scales add to each stage follows.
+
+Writes w4a4_timeline_<tag>.json, .md and .png under --out. Needs a CUDA GPU, except `--replot JSON`
+and `--compare BASE NEW` (saved runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import pathlib
+import re
+import statistics
+import sys
+
+import torch
+from tabulate import tabulate
+
+from fp4ops.timing import timed_calls
+
+from . import w4a4_layers
+from .decode_stream import REPLAYS as TIMED_REPLAYS
+from .decode_stream import captured_graph
+from .linear_timeline import Kernel, profiled_kernels, role
+from .suite.harness import banner, banner_line
+
+STAGES = ("attn norm", "q", "kv", "o quantize", "o", "mlp norm", "gate_up", "silu_mul", "down")
+# Each stage's kind, in the order w4a4_layers.fp4_layer launches them.
+KINDS = ("norm", "linear", "linear", "quantize", "linear", "norm", "linear", "silu_mul", "linear")
+PRODUCER_STAGES = tuple(stage for stage, kind in zip(STAGES, KINDS) if kind != "linear")
+VARIANTS = ("nvfp4", "nvfp4 own g", "mxfp4")
+ROWS = [1, 8, 32, 64]
+LAYERS = 8  # per graph: a replay's last layer gives no period
+REPLAYS = 3
+
+
+def is_fp4ops(name: str) -> bool:
+    return "fp4ops::" in name
+
+
+def kind_of_group(names: list[str]) -> str:
+    """The stage kind of a run of consecutive kernels outside the linears: a norm or SiLU-mul where
+    one of them is that producer's (with any zeroing or amax pass of its own g), else a quantizer."""
+    if any("rms_norm" in name for name in names):
+        return "norm"
+    if any("silu_mul" in name for name in names):
+        return "silu_mul"
+    return "quantize"
+
+
+def stages_of(kernels: list[Kernel]) -> list[tuple[str, list[Kernel]]]:
+    """The fp4ops kernels in start order split into stages, (kind, kernels) each: every linear call
+    is its x preparation, one MMA kernel and its reduction (linear_timeline.role); the kernels
+    between two linears are one producer's or quantizer's. Start order is launch order: a kernel
+    starts only after the kernel before it in the stream has started."""
+    stages: list[tuple[str, list[Kernel]]] = []
+    for kernel in sorted(kernels, key=lambda k: k.start):
+        part = role(kernel.name)
+        last = stages[-1] if stages else None
+        if part is None:
+            if last is not None and last[0] != "linear":
+                last[1].append(kernel)
+            else:
+                stages.append(("other", [kernel]))
+        elif part == "reduce":
+            if last is None or last[0] != "linear" or not any(role(k.name) == "main" for k in last[1]):
+                raise ValueError(f"a reduction without its MMA kernel at {kernel.start:.2f} us")
+            last[1].append(kernel)
+        else:  # "prep" or "main": a new linear call unless this one has not reached its MMA kernel yet
+            opens = last is None or last[0] != "linear" or any(role(k.name) == "main" for k in last[1])
+            if opens:
+                stages.append(("linear", [kernel]))
+            else:
+                last[1].append(kernel)
+    return [(kind_of_group([k.name for k in group]) if kind == "other" else kind, group) for kind, group in stages]
+
+
+def layers_of(kernels: list[Kernel]) -> list[list[list[Kernel]]]:
+    """The stages grouped per layer (STAGES' order), each stage its kernels; raises where the
+    profile's sequence is not whole layers of KINDS."""
+    stages = stages_of(kernels)
+    kinds = tuple(kind for kind, _ in stages)
+    if len(stages) % len(KINDS) or kinds != KINDS * (len(stages) // len(KINDS)):
+        raise ValueError(f"the profile's stages are not whole layers of {KINDS}: {kinds}")
+    return [[group for _, group in stages[i:i + len(KINDS)]] for i in range(0, len(stages), len(KINDS))]
+
+
+def layer_spans(layers: list[list[list[Kernel]]]) -> list[dict]:
+    """Each layer's span per stage and its period (us), for every layer with a successor."""
+    out = []
+    for layer, successor in itertools.pairwise(layers):
+        starts = [min(k.start for k in group) for group in layer] + [min(k.start for k in successor[0])]
+        spans = {stage: end - start for stage, start, end in zip(STAGES, starts, starts[1:])}
+        out.append({**spans, "period": starts[-1] - starts[0]})
+    return out
+
+
+def short_name(name: str) -> str:
+    """A kernel's function name without namespace and template arguments."""
+    found = re.search(r"(\w+)(?:<|\()", name.removeprefix("void "))
+    return found.group(1) if found else name
+
+
+def stage_kernels(layer: list[list[Kernel]]) -> dict[str, list[str]]:
+    return {stage: [short_name(k.name) for k in sorted(group, key=lambda k: k.start)] for stage, group in zip(STAGES, layer)}
+
+
+def variant_format(variant: str) -> tuple[str, bool]:
+    """("nvfp4" or "mxfp4", whether the producers derive their own g)."""
+    return variant.removesuffix(" own g"), variant.endswith(" own g")
+
+
+def measure(variant: str, rows: int, layers: list, device: torch.device) -> dict:
+    """One row of the table: `layers` (w4a4_layers.make_layers, in the variant's format) chained in
+    one graph at `rows` rows, timed without the profiler, then profiled."""
+    fmt, own_scales = variant_format(variant)
+    layer_count = len(layers)
+    hidden = w4a4_layers.LLAMA_8B_DIMS[0]
+    h = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16)
+    r = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        w4a4_layers.calibrate(layers, fmt, h, r)
+        step = w4a4_layers.chained(layers, functools.partial(w4a4_layers.fp4_layer, fmt=fmt, own_scales=own_scales), h, r)
+        graph = captured_graph(step, h, device)
+        unprofiled = statistics.median(timed_calls(graph.replay, device, TIMED_REPLAYS)[0]) / layer_count
+        runs = profiled_kernels(graph, REPLAYS, keep=is_fp4ops)
+    spans, kernels = [], None
+    for run in runs:
+        grouped = layers_of(run)
+        if len(grouped) != layer_count:
+            raise RuntimeError(f"{variant}, {rows} rows: {len(grouped)} layers in the profile, expected {layer_count}")
+        spans += layer_spans(grouped)
+        kernels = kernels or stage_kernels(grouped[0])
+    medians = {name: statistics.median(s[name] for s in spans) for name in (*STAGES, "period")}
+    return {"variant": variant, "rows": rows, "layers": layer_count, "span_us": {s: medians[s] for s in STAGES},
+            "period_us": medians["period"], "unprofiled_us": unprofiled, "kernels": kernels}
+
+
+def row_cells(row: dict) -> list[float]:
+    return [row["span_us"][s] for s in STAGES] + [row["period_us"], row["unprofiled_us"]]
+
+
+def own_g_costs(rows: list[dict]) -> list[list]:
+    """Per batch where both were measured: "nvfp4 own g" minus "nvfp4", each stage and the period (us)."""
+    static = {r["rows"]: r for r in rows if r["variant"] == "nvfp4"}
+    body = []
+    for own in (r for r in rows if r["variant"] == "nvfp4 own g" and r["rows"] in static):
+        base = static[own["rows"]]
+        body.append([own["rows"], *(a - b for a, b in zip(row_cells(own), row_cells(base)))])
+    return body
+
+
+def markdown(result: dict) -> str:
+    head = ["variant", "rows", *(f"{s} us" for s in STAGES), "period us", "unprofiled us"]
+    body = [[r["variant"], r["rows"], *row_cells(r)] for r in result["rows"]]
+    text = (f"# W4A4 layer timeline: {result['banner_line']}\n\n"
+            "Each stage's span (its first kernel's start to the next stage's), medians over the layers of "
+            "each graph replay (python -m benchmarks.w4a4_timeline); the spans add up to the period.\n\n"
+            + tabulate(body, head, tablefmt="github", floatfmt=".2f") + "\n")
+    costs = own_g_costs(result["rows"])
+    if costs:
+        text += ("\nWhat dynamic activation scales add (nvfp4 own g - nvfp4), us:\n\n"
+                 + tabulate(costs, ["rows", *STAGES, "period", "unprofiled"], tablefmt="github", floatfmt="+.2f") + "\n")
+    paths = [[r["variant"], r["rows"], *(" + ".join(r["kernels"][s]) for s in PRODUCER_STAGES)] for r in result["rows"]]
+    return text + ("\nThe producers' kernels (first layer profiled):\n\n"
+                   + tabulate(paths, ["variant", "rows", *PRODUCER_STAGES], tablefmt="github") + "\n")
+
+
+def plot(result: dict, path: pathlib.Path) -> None:
+    """One horizontal bar per (variant, rows): the period split into the stages' spans, with the
+    unprofiled time per layer marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    height = 0.3 * len(rows) + 2.0  # inches
+    fig, ax = plt.subplots(figsize=(10, height))
+    places = range(len(rows))
+    left = [0.0] * len(rows)
+    colors = plt.get_cmap("tab10").colors
+    for i, stage in enumerate(STAGES):
+        widths = [r["span_us"][stage] for r in rows]
+        ax.barh(places, widths, left=left, color=colors[i % len(colors)], label=stage)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.scatter([r["unprofiled_us"] for r in rows], places, marker="|", s=160, color="black", zorder=3,
+               label="per layer without the profiler")
+    ax.set_yticks(list(places), [f"{r['variant']}, {r['rows']} row{'s' if r['rows'] != 1 else ''}" for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel="us per layer (median over the layers of the replays)",
+           title="Where a W4A4 decoder layer's time goes in the decode graph")
+    fig.legend(fontsize=7, loc="lower center", ncol=5)
+    fig.suptitle(result["banner_line"], fontsize=8)
+    fig.tight_layout(rect=(0, 0.55 / height, 1, 1))  # a strip at the bottom for the legend
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: dict, out: pathlib.Path, tag: str) -> None:
+    (out / f"w4a4_timeline_{tag}.md").write_text(markdown(result))
+    plot(result, out / f"w4a4_timeline_{tag}.png")
+
+
+def comparison(base: dict, new: dict) -> str:
+    """Markdown: for each (variant, rows) in both runs, every stage's span, the period and the
+    unprofiled time, new - base (us), so that a slower layer shows which stage moved."""
+    base_rows = {(r["variant"], r["rows"]): r for r in base["rows"]}
+    body = []
+    for r in new["rows"]:
+        b = base_rows.get((r["variant"], r["rows"]))
+        if b is not None:
+            body.append([r["variant"], r["rows"], *(f"{r['span_us'][s] - b['span_us'][s]:+.2f}" for s in STAGES),
+                         f"{b['period_us']:.2f} -> {r['period_us']:.2f}", f"{b['unprofiled_us']:.2f} -> {r['unprofiled_us']:.2f}"])
+    head = ["variant", "rows", *STAGES, "period us", "unprofiled us"]
+    return (f"# W4A4 layer timeline, two runs\n\nbase: {base['banner_line']}\n\nnew: {new['banner_line']}\n\n"
+            "Each stage's span new - base (us); the period and unprofiled time base -> new; rows both runs measured.\n\n"
+            + (tabulate(body, head, tablefmt="github", disable_numparse=True) if body else "(no row in common)") + "\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, nargs="+", default=ROWS, help="batch sizes (decode rows)")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                   help='"nvfp4" (static activation scales), "nvfp4 own g" (dynamic), "mxfp4"')
+    p.add_argument("--layers", type=int, default=LAYERS, help="layers per graph (at least 2)")
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+    p.add_argument("--replot", metavar="JSON", default=None, help="draw the .md and .png of a saved run again (no GPU needed)")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"), default=None,
+                   help="print two saved runs' stages side by side (no GPU needed)")
+    args = p.parse_args(argv)
+    if args.layers < 2:
+        p.error("--layers: at least 2 (a replay's last layer gives no period)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parse_args(argv)
+    if args.replot:
+        path = pathlib.Path(args.replot)
+        result = json.loads(path.read_text())
+        write_outputs(result, path.parent, path.stem.removeprefix("w4a4_timeline_"))
+        return result
+    if args.compare:
+        base, new = (json.loads(pathlib.Path(path).read_text()) for path in args.compare)
+        print(comparison(base, new))
+        return {"base": base, "new": new}
+    if not torch.cuda.is_available():
+        print("w4a4_timeline needs a CUDA GPU", file=sys.stderr)
+        return None
+    device = torch.device("cuda")
+    info = banner(device)
+    result = {"banner": info, "banner_line": banner_line(info), "rows": []}
+    print(result["banner_line"], flush=True)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = args.tag or info["gpu"].split()[-1].lower()
+    layers = {}
+    for variant, rows in itertools.product(args.variants, args.rows):
+        fmt = variant_format(variant)[0]
+        if fmt not in layers:
+            layers.clear()  # one format's weights on the GPU at a time
+            layers[fmt] = w4a4_layers.make_layers(args.layers, fmt, device)
+        row = measure(variant, rows, layers[fmt], device)
+        result["rows"].append(row)
+        print(f"  {variant}, {rows} rows: period {row['period_us']:.2f} us (unprofiled {row['unprofiled_us']:.2f}); "
+              + ", ".join(f"{s} {row['span_us'][s]:.2f}" for s in STAGES), flush=True)
+        (out / f"w4a4_timeline_{tag}.json").write_text(json.dumps(result, indent=1))
+    write_outputs(result, out, tag)
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
