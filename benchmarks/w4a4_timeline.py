@@ -16,7 +16,9 @@ layers of every replay (a replay's last layer has no successor and gives no peri
 gives the same graph's time per layer without the profiler (`unprofiled`), and the kernels each stage
 launched in the first layer profiled (which path a producer took: one block, a cluster, a grid, or
 separate passes). Where the run has "nvfp4" and "nvfp4 own g" at the same rows, the table of what
-dynamic activation scales add to each stage follows.
+dynamic activation scales add to each stage follows. Batches up to 64 rows (128 on Hopper), where
+every linear runs on fp4ops' own kernels: past that a linear dequantizes for `F.linear`, whose
+kernels this does not split into stages (it raises, naming the sequence it found).
 
 Writes w4a4_timeline_<tag>.json, .md and .png under --out. Needs a CUDA GPU, except `--replot JSON`
 and `--compare BASE NEW` (saved runs).
@@ -240,7 +242,7 @@ def comparison(base: dict, new: dict) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, nargs="+", default=ROWS, help="batch sizes (decode rows)")
+    p.add_argument("--rows", type=int, nargs="+", default=ROWS, help="batch sizes (decode rows, at most 64; 128 on Hopper)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    help='"nvfp4" (static activation scales), "nvfp4 own g" (dynamic), "mxfp4"')
     p.add_argument("--layers", type=int, default=LAYERS, help="layers per graph (at least 2)")
