@@ -113,4 +113,17 @@ bool launch_one_cluster_if_scheduled(void (*kernel)(KernelArgs...), int64_t ctas
   return true;
 }
 
+// Launches `kernel` over `items` work items, an item a thread, as one thread-block cluster (no
+// dynamic shared memory) in CTAs of the fewest threads, from min_threads doubling up to
+// max_threads, that leave a cluster the GPU schedules: small CTAs spread the reads over more SMs.
+// False where no size does (it launches nothing).
+template <typename... KernelArgs, typename... Args>
+bool launch_one_cluster_of_fewest_threads(void (*kernel)(KernelArgs...), int64_t items, int min_threads,
+                                          int max_threads, cudaStream_t stream, const Args&... args) {
+  for (int threads = min_threads; threads <= max_threads; threads *= 2) {
+    if (launch_one_cluster_if_scheduled(kernel, (items + threads - 1) / threads, threads, 0, stream, args...)) return true;
+  }
+  return false;
+}
+
 }  // namespace fp4ops::cuda

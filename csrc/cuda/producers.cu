@@ -91,22 +91,14 @@ bool launch_one_grid(void (*kernel)(KernelArgs...), int64_t work, int64_t per_ct
   return true;
 }
 
-// Launches silu_mul_quantize_cluster_kernel over all of y where one cluster holds it (false where
-// it launches nothing), in CTAs of the fewest threads, from kSiluClusterThreads doubling up to
-// kSiluClusterMaxThreads, that leave a cluster the GPU schedules: small CTAs spread y's reads over
-// more SMs.
+// Launches silu_mul_quantize_cluster_kernel over all of y, an octet a thread, where one cluster of
+// kSiluClusterThreads to kSiluClusterMaxThreads a CTA holds it (false where it launches nothing).
 template <typename T, class ScaleIndex>
 bool launch_silu_cluster(const SiluMulArgs<T>& args, float* g_out, uint8_t* data, uint8_t* scales,
                          const ScaleIndex& scale_index, cudaStream_t stream) {
-  const auto kernel = silu_mul_quantize_cluster_kernel<T, ScaleIndex>;
-  const int64_t octets = args.num_blocks * (kNvfp4Block / kOctet);  // a thread each
-  for (int threads = kSiluClusterThreads; threads <= kSiluClusterMaxThreads; threads *= 2) {
-    if (launch_one_cluster_if_scheduled(kernel, (octets + threads - 1) / threads, threads, 0, stream, args, g_out, data,
-                                        scales, scale_index)) {
-      return true;
-    }
-  }
-  return false;
+  const int64_t octets = args.num_blocks * (kNvfp4Block / kOctet);
+  return launch_one_cluster_of_fewest_threads(silu_mul_quantize_cluster_kernel<T, ScaleIndex>, octets, kSiluClusterThreads,
+                                              kSiluClusterMaxThreads, stream, args, g_out, data, scales, scale_index);
 }
 
 // The outputs every producer returns: codes and scales of `logical`, and g (NVFP4) or an empty

@@ -89,10 +89,9 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
   });
 }
 
-// Launches quantize_nvfp4_cluster_kernel over `input` (not empty) where one cluster of a chunk a
-// thread holds it (false where it launches nothing), in CTAs of the fewest threads, from
-// kClusterQuantizeThreads doubling up to kClusterQuantizeMaxThreads, that leave a cluster the GPU
-// schedules: small CTAs spread the reads over more SMs.
+// Launches quantize_nvfp4_cluster_kernel over `input` (not empty), a chunk a thread, where one
+// cluster of kClusterQuantizeThreads to kClusterQuantizeMaxThreads a CTA holds it (false where it
+// launches nothing).
 bool launch_quantize_nvfp4_cluster(const at::Tensor& input, at::Tensor& scale_out, QuantizedOutputs& out, bool swizzled,
                                    cudaStream_t stream) {
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
@@ -106,10 +105,9 @@ bool launch_quantize_nvfp4_cluster(const at::Tensor& input, at::Tensor& scale_ou
     with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
       with_bool(is_aligned(x, 16), [&](auto aligned) {
         const auto kernel = quantize_nvfp4_cluster_kernel<T, decltype(aligned)::value, decltype(scale_index)>;
-        for (int threads = kClusterQuantizeThreads; threads <= kClusterQuantizeMaxThreads && !launched; threads *= 2) {
-          launched = launch_one_cluster_if_scheduled(kernel, (num_chunks + threads - 1) / threads, threads, 0, stream, x,
-                                                     num_chunks, g, data, scales, scale_index);
-        }
+        launched = launch_one_cluster_of_fewest_threads(kernel, num_chunks, kClusterQuantizeThreads,
+                                                        kClusterQuantizeMaxThreads, stream, x, num_chunks, g, data,
+                                                        scales, scale_index);
       });
     });
   });
