@@ -69,11 +69,18 @@ def role(name: str) -> str | None:
     return "reduce" if "linear_reduce" in name else "prep"
 
 
+def launch_order(kernels: list[Kernel]) -> list[Kernel]:
+    """The kernels of one stream in launch order: by start, and among equal starts by end. A kernel
+    starts no earlier than the one launched before it, but the profiler's timestamps can tie; a
+    programmatic dependent waits for the kernel before it to finish, so it ends no earlier."""
+    return sorted(kernels, key=lambda k: (k.start, k.end))
+
+
 def layers_of(kernels: list[Kernel]) -> list[dict]:
     """The kernels in start order grouped per layer: {"prep": [...], "main": Kernel, "reduce": Kernel
     or None}. A layer's prep kernels precede its main kernel; its reduction follows it."""
     layers, pending = [], []
-    for kernel in sorted(kernels, key=lambda k: k.start):
+    for kernel in launch_order(kernels):
         kind = role(kernel.name)
         if kind == "prep":
             pending.append(kernel)

@@ -34,7 +34,7 @@ PATHS = {
 def random_chain(layer_count: int, rng: random.Random) -> tuple[list, list, list]:
     """The kernels of `layer_count` layers with random durations and early starts; each layer's
     stage start times and each stage's kernel names as built."""
-    kernels, starts, names, t = [], [], [], 0.0
+    kernels, starts, names, t, end = [], [], [], 0.0, 0.0
     for _ in range(layer_count):
         layer_starts, layer_names = [], []
         for kind in wt.KINDS:
@@ -46,10 +46,12 @@ def random_chain(layer_count: int, rng: random.Random) -> tuple[list, list, list
             layer_starts.append(t)
             layer_names.append(group)
             for name in group:
-                length = rng.uniform(0.5, 20.0)
-                kernels.append(wt.Kernel(name, t, t + length))
-                # The next kernel starts after this one did (launch order), maybe long before it ends.
-                t += rng.uniform(0.01, length * 1.5)
+                # Each kernel ends after the one before it (a programmatic dependent waits for it).
+                end = max(t + rng.uniform(0.5, 20.0), end + rng.uniform(0.01, 2.0))
+                kernels.append(wt.Kernel(name, t, end))
+                # The next kernel starts after this one did (launch order), maybe long before it
+                # ends, or on the same profiler timestamp.
+                t += 0.0 if rng.random() < 0.3 else rng.uniform(0.01, (end - t) * 1.5)
         starts.append(layer_starts)
         names.append(layer_names)
     return kernels, starts, names
@@ -74,14 +76,14 @@ def test_stages_and_spans_match_the_timeline():
 
 def test_profiles_that_are_not_whole_layers_are_refused():
     rng = random.Random()
-    kernels, starts, _ = random_chain(2, rng)
-    ordered = sorted(kernels, key=lambda k: k.start)
+    kernels, _, names = random_chain(2, rng)  # kernels in launch order
     with pytest.raises(ValueError, match="not whole layers"):  # the first norm left out
-        wt.layers_of([k for k in ordered if k.start >= starts[0][1]])
-    with pytest.raises(ValueError, match="reduction without"):
-        wt.layers_of([wt.Kernel(LINEAR["reduce"], 0.0, 1.0)])
+        wt.layers_of(kernels[len(names[0][0]):])
+    with pytest.raises(wt.ProfileError, match="reduction without") as error:
+        wt.layers_of([wt.Kernel(LINEAR["reduce"], 3.0, 4.0)])
+    assert error.value.at_us == 3.0
     with pytest.raises(ValueError, match="not whole layers"):  # a stage missing in the middle
-        wt.layers_of([k for k in ordered if "silu_mul" not in k.name])
+        wt.layers_of([k for k in kernels if "silu_mul" not in k.name])
 
 
 def test_short_names():
@@ -143,3 +145,10 @@ def test_arguments():
         with pytest.raises(SystemExit):
             wt.parse_args(bad)
     assert wt.variant_format("nvfp4 own g") == ("nvfp4", True) and wt.variant_format("mxfp4") == ("mxfp4", False)
+
+
+def test_listing_shows_the_kernels_around_a_time():
+    kernels = [wt.Kernel(LINEAR["main"], float(t), t + 1.5) for t in range(10, 40)]
+    lines = wt.listing(kernels, 25.0, count=3).splitlines()
+    assert [float(line.split()[0]) for line in lines] == [12.0, 13.0, 14.0, 15.0, 16.0, 17.0]
+    assert all(line.endswith("linear_mma_kernel") for line in lines)
