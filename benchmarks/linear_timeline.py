@@ -70,10 +70,13 @@ def role(name: str) -> str | None:
 
 
 def launch_order(kernels: list[Kernel]) -> list[Kernel]:
-    """The kernels of one stream in launch order: by start, and among equal starts by end. A kernel
-    starts no earlier than the one launched before it, but the profiler's timestamps can tie; a
-    programmatic dependent waits for the kernel before it to finish, so it ends no earlier."""
-    return sorted(kernels, key=lambda k: (k.start, k.end))
+    """The kernels of one stream in launch order, which is their order of ending: every fp4ops
+    kernel launched as a programmatic dependent waits (griddepcontrol.wait) for the kernel launched
+    before it to complete and then does its own work, and one launched plainly starts after it.
+    The profiler's start times do not keep that order: a programmatic dependent can be recorded
+    starting before the kernel ahead of it. (Equal ends, which that rules out but a coarse clock
+    could give, fall back on the starts.)"""
+    return sorted(kernels, key=lambda k: (k.end, k.start))
 
 
 def layers_of(kernels: list[Kernel]) -> list[dict]:

@@ -7,12 +7,13 @@ inside its CUDA graph, stage by stage.
 
 The decode stream times the chain (Llama-3.1-8B's layers without attention, on fp4ops' producers and
 FP4 x FP4 linears) as a whole. This replays the same graph under the PyTorch profiler, reads each
-fp4ops kernel's start on the GPU, and splits every layer's period into its nine stages (STAGES: the
+fp4ops kernel's end on the GPU, and splits every layer's period into its nine stages (STAGES: the
 attention norm, the q and k/v linears, the quantizer of o's input, the o linear, the MLP norm, the
-gate/up linear, SiLU-and-mul, the down linear). A stage's span runs from its first kernel's start to
-the next stage's first start, so the spans add up to the period, and a stage that lets the next one
-start early (programmatic dependent launch) is charged only up to that start. Medians over the
-layers of every replay (a replay's last layer has no successor and gives no period). Each row also
+gate/up linear, SiLU-and-mul, the down linear). Each kernel of the chain waits for the one before it
+to complete, so a stage's span runs from the previous stage's end (its last kernel's) to its own:
+what the stage adds to the chain, whatever it overlapped by starting early (programmatic dependent
+launch). The spans add up to the period, from one layer's end to the next's. Medians over the
+layers of every replay (a replay's first layer has no predecessor and gives no period). Each row also
 gives the same graph's time per layer without the profiler (`unprofiled`), and the kernels each stage
 launched in the first layer profiled (which path a producer took: one block, a cluster, a grid, or
 separate passes). Where the run has "nvfp4" and "nvfp4 own g" at the same rows, the table of what
@@ -57,11 +58,11 @@ REPLAYS = 3
 
 
 class ProfileError(ValueError):
-    """A profile whose kernels are not whole layers of the chain; at_us: where it first departs."""
+    """A profile whose kernels are not whole layers of the chain; `kernel`: where it first departs."""
 
-    def __init__(self, message: str, at_us: float):
+    def __init__(self, message: str, kernel: Kernel):
         super().__init__(message)
-        self.at_us = at_us
+        self.kernel = kernel
 
 
 def is_fp4ops(name: str) -> bool:
@@ -79,7 +80,7 @@ def kind_of_group(names: list[str]) -> str:
 
 
 def stages_of(kernels: list[Kernel]) -> list[tuple[str, list[Kernel]]]:
-    """The fp4ops kernels in start order split into stages, (kind, kernels) each: every linear call
+    """The fp4ops kernels in launch order split into stages, (kind, kernels) each: every linear call
     is its x preparation, one MMA kernel and its reduction (linear_timeline.role); the kernels
     between two linears are one producer's or quantizer's (linear_timeline.launch_order orders them)."""
     stages: list[tuple[str, list[Kernel]]] = []
@@ -93,7 +94,7 @@ def stages_of(kernels: list[Kernel]) -> list[tuple[str, list[Kernel]]]:
                 stages.append(("other", [kernel]))
         elif part == "reduce":
             if last is None or last[0] != "linear" or not any(role(k.name) == "main" for k in last[1]):
-                raise ProfileError(f"a reduction without its MMA kernel at {kernel.start:.2f} us", kernel.start)
+                raise ProfileError(f"a reduction without its MMA kernel, ending at {kernel.end:.2f} us", kernel)
             last[1].append(kernel)
         else:  # "prep" or "main": a new linear call unless this one has not reached its MMA kernel yet
             opens = last is None or last[0] != "linear" or any(role(k.name) == "main" for k in last[1])
@@ -112,17 +113,18 @@ def layers_of(kernels: list[Kernel]) -> list[list[list[Kernel]]]:
     if len(stages) % len(KINDS) or kinds != KINDS * (len(stages) // len(KINDS)):
         expected = KINDS * (len(stages) // len(KINDS) + 1)
         first = next((i for i, kind in enumerate(kinds) if kind != expected[i]), len(kinds) - 1)
-        raise ProfileError(f"the profile's stages are not whole layers of {KINDS}: {kinds}", stages[first][1][0].start)
+        raise ProfileError(f"the profile's stages are not whole layers of {KINDS}: {kinds}", stages[first][1][0])
     return [[group for _, group in stages[i:i + len(KINDS)]] for i in range(0, len(stages), len(KINDS))]
 
 
 def layer_spans(layers: list[list[list[Kernel]]]) -> list[dict]:
-    """Each layer's span per stage and its period (us), for every layer with a successor."""
+    """Each layer's span per stage and its period (us), for every layer with a predecessor: a
+    stage's span runs from the previous stage's last end to its own."""
     out = []
-    for layer, successor in itertools.pairwise(layers):
-        starts = [min(k.start for k in group) for group in layer] + [min(k.start for k in successor[0])]
-        spans = {stage: end - start for stage, start, end in zip(STAGES, starts, starts[1:])}
-        out.append({**spans, "period": starts[-1] - starts[0]})
+    for predecessor, layer in itertools.pairwise(layers):
+        ends = [max(k.end for k in predecessor[-1])] + [max(k.end for k in group) for group in layer]
+        spans = {stage: end - start for stage, start, end in zip(STAGES, ends, ends[1:])}
+        out.append({**spans, "period": ends[-1] - ends[0]})
     return out
 
 
@@ -136,12 +138,12 @@ def stage_kernels(layer: list[list[Kernel]]) -> dict[str, list[str]]:
     return {stage: [short_name(k.name) for k in launch_order(group)] for stage, group in zip(STAGES, layer)}
 
 
-def listing(kernels: list[Kernel], around_us: float, count: int = 12) -> str:
-    """The `count` kernels either side of the one starting at `around_us`, in launch order, one line
-    each: start and end (us from the first kernel's start), short name."""
+def listing(kernels: list[Kernel], around: Kernel, count: int = 12) -> str:
+    """The `count` kernels either side of `around`, in launch order, one line each: start and end
+    (us from the first start), short name."""
     ordered = launch_order(kernels)
-    origin = ordered[0].start if ordered else 0.0
-    at = next((i for i, k in enumerate(ordered) if k.start >= around_us), len(ordered))
+    origin = min(k.start for k in ordered) if ordered else 0.0
+    at = ordered.index(around) if around in ordered else len(ordered)
     ordered = ordered[max(0, at - count):at + count]
     return "\n".join(f"  {k.start - origin:10.3f} {k.end - origin:10.3f}  {short_name(k.name)}" for k in ordered)
 
@@ -171,7 +173,7 @@ def measure(variant: str, rows: int, layers: list, device: torch.device) -> dict
             grouped = layers_of(run)
         except ProfileError as error:
             raise ProfileError(f"{variant}, {rows} rows: {error}; the kernels around it (us from the first start):\n"
-                               + listing(run, error.at_us), error.at_us) from error
+                               + listing(run, error.kernel), error.kernel) from error
         if len(grouped) != layer_count:
             raise RuntimeError(f"{variant}, {rows} rows: {len(grouped)} layers in the profile, expected {layer_count}")
         spans += layer_spans(grouped)
@@ -199,8 +201,8 @@ def markdown(result: dict) -> str:
     head = ["variant", "rows", *(f"{s} us" for s in STAGES), "period us", "unprofiled us"]
     body = [[r["variant"], r["rows"], *row_cells(r)] for r in result["rows"]]
     text = (f"# W4A4 layer timeline: {result['banner_line']}\n\n"
-            "Each stage's span (its first kernel's start to the next stage's), medians over the layers of "
-            "each graph replay (python -m benchmarks.w4a4_timeline); the spans add up to the period.\n\n"
+            "Each stage's span (the previous stage's end to its own: what it adds to the chain), medians over "
+            "the layers of each graph replay (python -m benchmarks.w4a4_timeline); the spans add up to the period.\n\n"
             + tabulate(body, head, tablefmt="github", floatfmt=".2f") + "\n")
     costs = own_g_costs(result["rows"])
     if costs:

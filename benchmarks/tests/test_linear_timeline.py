@@ -26,13 +26,14 @@ def test_roles():
 
 
 def random_layers(count: int, rng: random.Random, with_prep: bool, with_reduce: bool) -> tuple[list, list]:
-    """Kernels of `count` layers with random durations and overlaps, and each layer's phases as built."""
-    kernels, expected, t = [], [], 0.0
+    """Kernels of `count` layers with random durations and overlaps, and each layer's phases as built.
+    Each kernel ends after the one launched before it, which it waits for (launch_order)."""
+    kernels, expected, t, last_end = [], [], 0.0, 0.0
     for _ in range(count):
         first = t
         prep = rng.uniform(0.5, 2.0) if with_prep else 0.0
         if with_prep:
-            kernels.append(tl.Kernel(IMAGE, t, t + prep * rng.uniform(0.3, 1.0)))
+            kernels.append(tl.Kernel(IMAGE, t, max(t + prep * rng.uniform(0.3, 1.0), last_end + 0.01)))
         main_start = t + prep
         main = rng.uniform(2.0, 20.0)
         kernels.append(tl.Kernel(WGMMA if with_prep else MAIN, main_start, main_start + main))
@@ -46,6 +47,7 @@ def random_layers(count: int, rng: random.Random, with_prep: bool, with_reduce: 
         # The next layer's first kernel starts after this layer's last one did (it is launched as
         # that kernel's dependent), maybe before that one ends.
         t = max(end + tail + rng.uniform(-1.0, 1.5), last_start + 0.01)
+        last_end = end + tail
         expected.append({"prep": prep, "main": main, "reduce_tail": tail, "handoff": t - (end + tail), "period": t - first})
     return kernels, expected
 
@@ -55,7 +57,7 @@ def random_layers(count: int, rng: random.Random, with_prep: bool, with_reduce: 
 def test_phases_add_up_and_match_the_timeline(with_prep, with_reduce):
     rng = random.Random()
     kernels, expected = random_layers(rng.randint(2, 12), rng, with_prep, with_reduce)
-    rng.shuffle(kernels)  # the profiler's order is not the start order
+    rng.shuffle(kernels)  # the profiler's order is not the launch order
     phases = tl.layer_phases(tl.layers_of(kernels))
     assert len(phases) == len(expected) - 1  # the last layer has no successor
     for got, want in zip(phases, expected):

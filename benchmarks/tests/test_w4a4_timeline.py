@@ -32,46 +32,46 @@ PATHS = {
 
 
 def random_chain(layer_count: int, rng: random.Random) -> tuple[list, list, list]:
-    """The kernels of `layer_count` layers with random durations and early starts; each layer's
-    stage start times and each stage's kernel names as built."""
-    kernels, starts, names, t, end = [], [], [], 0.0, 0.0
+    """The kernels of `layer_count` layers in launch order, with random durations; each layer's
+    stage ends (each stage's last kernel's) and each stage's kernel names as built. As the profiler
+    records a chain of programmatic dependents: each kernel ends after the one launched before it
+    (it waits for it to complete, then does its own work), and may be recorded starting before that
+    one did."""
+    kernels, ends, names, end = [], [], [], 0.0
     for _ in range(layer_count):
-        layer_starts, layer_names = [], []
+        layer_ends, layer_names = [], []
         for kind in wt.KINDS:
             if kind == "linear":
                 parts = (["prep"] if rng.random() < 0.5 else []) + ["main"] + (["reduce"] if rng.random() < 0.7 else [])
                 group = [LINEAR[part] for part in parts]
             else:
                 group = rng.choice(PATHS[kind])
-            layer_starts.append(t)
-            layer_names.append(group)
             for name in group:
-                # Each kernel ends after the one before it (a programmatic dependent waits for it).
-                end = max(t + rng.uniform(0.5, 20.0), end + rng.uniform(0.01, 2.0))
-                kernels.append(wt.Kernel(name, t, end))
-                # The next kernel starts after this one did (launch order), maybe long before it
-                # ends, or on the same profiler timestamp.
-                t += 0.0 if rng.random() < 0.3 else rng.uniform(0.01, (end - t) * 1.5)
-        starts.append(layer_starts)
+                start = end + rng.uniform(-3.0, 2.0)
+                end = max(start + rng.uniform(0.5, 20.0), end + rng.uniform(0.03, 2.0))
+                kernels.append(wt.Kernel(name, start, end))
+            layer_ends.append(end)
+            layer_names.append(group)
+        ends.append(layer_ends)
         names.append(layer_names)
-    return kernels, starts, names
+    return kernels, ends, names
 
 
 def test_stages_and_spans_match_the_timeline():
     rng = random.Random()
     layer_count = rng.randint(2, 6)
-    kernels, starts, names = random_chain(layer_count, rng)
-    rng.shuffle(kernels)  # the profiler's order is not the start order
+    kernels, ends, names = random_chain(layer_count, rng)
+    rng.shuffle(kernels)  # the profiler's order is not the launch order
     layers = wt.layers_of(kernels)
     assert [[[k.name for k in group] for group in layer] for layer in layers] == names
     spans = wt.layer_spans(layers)
-    assert len(spans) == layer_count - 1  # the last layer has no successor
+    assert len(spans) == layer_count - 1  # the first layer has no predecessor
     for i, got in enumerate(spans):
-        following = [*starts[i][1:], starts[i + 1][0]]
-        for stage, start, end in zip(wt.STAGES, starts[i], following):
+        previous = [ends[i][-1], *ends[i + 1][:-1]]
+        for stage, start, end in zip(wt.STAGES, previous, ends[i + 1]):
             assert got[stage] == pytest.approx(end - start, abs=1e-9), stage
         assert sum(got[stage] for stage in wt.STAGES) == pytest.approx(got["period"])
-        assert got["period"] == pytest.approx(starts[i + 1][0] - starts[i][0])
+        assert got["period"] == pytest.approx(ends[i + 1][-1] - ends[i][-1])
 
 
 def test_profiles_that_are_not_whole_layers_are_refused():
@@ -79,9 +79,10 @@ def test_profiles_that_are_not_whole_layers_are_refused():
     kernels, _, names = random_chain(2, rng)  # kernels in launch order
     with pytest.raises(ValueError, match="not whole layers"):  # the first norm left out
         wt.layers_of(kernels[len(names[0][0]):])
+    lone = wt.Kernel(LINEAR["reduce"], 3.0, 4.0)
     with pytest.raises(wt.ProfileError, match="reduction without") as error:
-        wt.layers_of([wt.Kernel(LINEAR["reduce"], 3.0, 4.0)])
-    assert error.value.at_us == 3.0
+        wt.layers_of([lone])
+    assert error.value.kernel == lone
     with pytest.raises(ValueError, match="not whole layers"):  # a stage missing in the middle
         wt.layers_of([k for k in kernels if "silu_mul" not in k.name])
 
@@ -147,8 +148,8 @@ def test_arguments():
     assert wt.variant_format("nvfp4 own g") == ("nvfp4", True) and wt.variant_format("mxfp4") == ("mxfp4", False)
 
 
-def test_listing_shows_the_kernels_around_a_time():
+def test_listing_shows_the_kernels_around_one():
     kernels = [wt.Kernel(LINEAR["main"], float(t), t + 1.5) for t in range(10, 40)]
-    lines = wt.listing(kernels, 25.0, count=3).splitlines()
+    lines = wt.listing(kernels, kernels[15], count=3).splitlines()
     assert [float(line.split()[0]) for line in lines] == [12.0, 13.0, 14.0, 15.0, 16.0, 17.0]
     assert all(line.endswith("linear_mma_kernel") for line in lines)
