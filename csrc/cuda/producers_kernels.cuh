@@ -591,6 +591,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
   let_dependents_launch();
   const int rows_per_cta = blockDim.x / args.row_threads;
   prefetch_older_inputs<kResidual>(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta);
+  prefetch_source(source);
   wait_for_inputs<Source>();
   extern __shared__ float4 staged_weights[];
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
@@ -797,6 +798,7 @@ template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                          uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  prefetch_source(source);
   wait_for_inputs<Source>();
   constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
   constexpr bool kFirstBlockEarly = std::is_same_v<Source, Nvfp4Source>;

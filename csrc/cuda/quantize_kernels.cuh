@@ -15,6 +15,7 @@
 #include "../common/block_formats.h"
 #include "../common/scale_layout.h"
 #include "amax_kernels.cuh"
+#include "async_copy.cuh"
 #include "cluster_exchange.cuh"
 #include "element_types.cuh"
 
@@ -51,6 +52,21 @@ struct Mxfp4Source {
   __device__ __forceinline__ Mxfp4Format make() const { return {rule}; }
   __device__ __forceinline__ void publish(const Mxfp4Format&) const {}
 };
+
+// Issued before a kernel waits for the one before it (programmatic dependent launch): one thread
+// per CTA brings the line of NVFP4's `scale` to L2, so that the read after the wait finds it there.
+// A given g is written once and read once per layer, and leaves L2 while the layers between stream
+// their weights; read after the wait, its trip to DRAM would come before the kernel's first
+// loads. Safe whatever the kernel before writes (g itself, with its own g): a prefetch returns
+// nothing to the CTA, and L2 is where every write lands. MXFP4 and the amax pass read nothing.
+template <class Source>
+__device__ __forceinline__ void prefetch_source(const Source& source) {
+#if defined(FP4OPS_HW_PDL)
+  if constexpr (std::is_same_v<Source, Nvfp4Source>) {
+    if (threadIdx.x == 0) prefetch_l2(source.scale);
+  }
+#endif
+}
 
 // The codes of eight loaded elements of a block encoded as `enc` (encode_element_octet on the
 // widened values; bf16 widened partly on the FMA pipe, which this loop leaves idle). MXFP4 of bf16
@@ -218,6 +234,7 @@ template <typename T, bool kAligned, class Source, class ScaleIndex>
 __global__ void quantize_kernel(const T* __restrict__ x, int64_t num_chunks, Source source,
                                 uint8_t* __restrict__ data, uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  prefetch_source(source);
   wait_for_primary_grid();  // a programmatic dependent (quantize.cu): the kernel before may write x or g
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

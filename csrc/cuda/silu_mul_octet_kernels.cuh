@@ -123,6 +123,7 @@ template <typename T, class Source, class ScaleIndex>
 __global__ void silu_mul_quantize_octets_kernel(SiluMulArgs<T> args, Source source, uint8_t* __restrict__ data,
                                                 uint8_t* __restrict__ scales, ScaleIndex scale_index) {
   let_dependents_launch();
+  prefetch_source(source);
   wait_for_inputs<Source>();
   constexpr int kBlock = decltype(make_format(source, nullptr))::kBlock;
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
