@@ -580,6 +580,19 @@ __device__ __forceinline__ void stage_row_weights(const RmsNormArgs<T, W>& args,
   __syncthreads();
 }
 
+// stage_row_weights with the CTA's format built from `read` (read_source, issued before the
+// weights' loads) between the staging and the barrier, which then covers the format's table too:
+// NVFP4's read of g is in flight with the weights' loads instead of ahead of them.
+template <typename T, typename W, class SourceRead>
+__device__ __forceinline__ auto stage_row_weights_and_format(const RmsNormArgs<T, W>& args, float4* staged_weights,
+                                                             const SourceRead& read, float* table, int octet_xor = 0) {
+  const RowSpans spans(args);
+  stage_weights(args.weight + spans.first, spans.valid, staged_weights, octet_xor);
+  const auto format = make_format(read, table);
+  __syncthreads();
+  return format;
+}
+
 // One launch: rms_norm_rows into the source's sink; dynamic shared memory
 // rms_smem_bytes(blockDim.x), the weights. Source is Nvfp4Source, Mxfp4Source or AmaxTarget (the
 // first pass of NVFP4 with its own g, which also writes the new residual; its second pass runs
@@ -597,7 +610,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
   __shared__ float table[Nvfp4TabulatedFormat::kCodes];
   __shared__ RmsRowScratch row_scratch;
   __shared__ uint32_t scratch[32];
-  const auto format = make_format(source, table);
+  const auto read = read_source(source);
   auto sink = make_sink(source, data, scales, scale_index);
 #if defined(FP4OPS_HW_PDL)
   if constexpr (!kResidual && sizeof(T) == 2 && std::is_same_v<Source, Mxfp4Source>) {
@@ -612,7 +625,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
       }
       copy_row_group(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta, stage, full);
       // In the order the rows are read (staged_octet_xor); its barrier also publishes the mbarrier.
-      stage_row_weights(args, staged_weights, staged_octet_xor());
+      const auto format = stage_row_weights_and_format(args, staged_weights, read, table, staged_octet_xor());
       if (args.intermediate != nullptr) {
         rms_norm_rows_staged<true>(args, format, sink, staged_weights, row_scratch, stage, full);
       } else {
@@ -624,7 +637,7 @@ __global__ void __launch_bounds__(kRmsMaxRowThreads, (kRmsRowsCtasPerSm<T, kResi
   }
 #endif
   prefetch_row_group<kResidual>(args, static_cast<int64_t>(blockIdx.x) * rows_per_cta, rows_per_cta);
-  stage_row_weights(args, staged_weights);
+  const auto format = stage_row_weights_and_format(args, staged_weights, read, table);
   if constexpr (kResidual) {
     // One loop instance, its stores predicated: the residual kernel sits at its register bound,
     // where a second instance changes ptxas' allocation of both.
