@@ -80,7 +80,7 @@ def launch_order(kernels: list[Kernel]) -> list[Kernel]:
 
 
 def layers_of(kernels: list[Kernel]) -> list[dict]:
-    """The kernels in start order grouped per layer: {"prep": [...], "main": Kernel, "reduce": Kernel
+    """The kernels in launch order (launch_order) grouped per layer: {"prep": [...], "main": Kernel, "reduce": Kernel
     or None}. A layer's prep kernels precede its main kernel; its reduction follows it."""
     layers, pending = [], []
     for kernel in launch_order(kernels):

@@ -53,7 +53,7 @@ KINDS = ("norm", "linear", "linear", "quantize", "linear", "norm", "linear", "si
 PRODUCER_STAGES = tuple(stage for stage, kind in zip(STAGES, KINDS) if kind != "linear")
 VARIANTS = ("nvfp4", "nvfp4 own g", "mxfp4")
 ROWS = [1, 8, 32, 64]
-LAYERS = 8  # per graph: a replay's last layer gives no period
+LAYERS = 8  # per graph: a replay's first layer gives no period
 REPLAYS = 3
 
 
@@ -280,7 +280,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="print two saved runs' stages side by side (no GPU needed)")
     args = p.parse_args(argv)
     if args.layers < 2:
-        p.error("--layers: at least 2 (a replay's last layer gives no period)")
+        p.error("--layers: at least 2 (a replay's first layer gives no period)")
     return args
 
 
