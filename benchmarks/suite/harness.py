@@ -183,14 +183,22 @@ def _nvidia_smi(fields: str) -> list[str]:
 
 
 def git_commit() -> str:
-    """FP4OPS_GIT_COMMIT names the commit where the tree was copied without a usable .git folder."""
+    """The commit a run measures, for its banner: FP4OPS_GIT_COMMIT where the tree was copied without
+    a usable .git folder, else HEAD, with "+changes" where tracked files differ from it (a copy whose
+    .git is older than its files, or uncommitted work), so that no result names a commit whose code
+    it did not run."""
     if os.environ.get("FP4OPS_GIT_COMMIT"):
         return os.environ["FP4OPS_GIT_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30)
-    except OSError:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return out.stdout.strip() or "unknown"
+    commit = head.stdout.strip() if head.returncode == 0 else ""
+    if not commit:
+        return "unknown"
+    return commit + ("+changes" if status.returncode == 0 and status.stdout.strip() else "")
 
 
 def banner(device: torch.device) -> dict:

@@ -292,3 +292,27 @@ def test_the_documented_command_runs_from_the_repository_root():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: python -m benchmarks.suite") and "--families" in done.stdout
+
+
+def test_banner_commit_names_changes_to_tracked_files(tmp_path, monkeypatch):
+    """HEAD's short hash, "+changes" once a tracked file differs from it (untracked files do not
+    count), and FP4OPS_GIT_COMMIT over both."""
+    from benchmarks.suite.harness import git_commit
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "kernel.cu").write_text("// one\n")
+    git("add", "kernel.cu")
+    git("commit", "-q", "-m", "first")
+    head = git("rev-parse", "--short", "HEAD")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FP4OPS_GIT_COMMIT", raising=False)
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert git_commit() == head
+    (tmp_path / "kernel.cu").write_text("// two\n")
+    assert git_commit() == head + "+changes"
+    monkeypatch.setenv("FP4OPS_GIT_COMMIT", "abc1234")
+    assert git_commit() == "abc1234"
