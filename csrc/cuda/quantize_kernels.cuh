@@ -176,9 +176,14 @@ struct ScaleBracket {
 // The bracket for g where 2^-100 <= g <= 2^100, off otherwise. The range keeps K normal, and keeps
 // bmax / 6 normal wherever sb can be nonzero (that needs (bmax / 6) / g >= 2^-10, so bmax / 6 >=
 // 2^-110), which the bracket's error bound assumes.
+// 1 / 6 rounded to fp32 as div_rn rounds it, a constant: __fdiv_rn is not folded at compile time,
+// and the division would sit on the chain from g's read to the CTA's first barrier.
+constexpr float kInverseE2M1Max = 0x1.555556p-3f;
+static_assert(kInverseE2M1Max == 1.0f / kE2M1Max, "1 / 6 rounded to nearest");
+
 __device__ __forceinline__ ScaleBracket scale_bracket_for(float g) {
   if (!(g >= 0x1p-100f && g <= 0x1p100f)) return {};
-  const float k = div_rn(div_rn(1.0f, kE2M1Max), g);
+  const float k = div_rn(kInverseE2M1Max, g);
   return {mul_rn(k, 1.0f - 0x1p-20f), mul_rn(k, 1.0f + 0x1p-20f)};
 }
 
@@ -189,7 +194,7 @@ __device__ __forceinline__ ScaleBracket scale_bracket_for(float g) {
 // The block scale skips its two divisions where a bracket decides it (ScaleBracket).
 struct Nvfp4TabulatedFormat {
   static constexpr int kBlock = kNvfp4Block;
-  static constexpr int kCodes = 128;  // scale codes 0..0x7E (and an unused 0x7F)
+  static constexpr int kCodes = 128;  // scale codes 0..0x7E (0x7F, NaN, is never looked up nor filled)
   Nvfp4Format format;
   const float* multipliers;  // [kCodes], shared memory
   ScaleBracket bracket{};    // off unless set (scale_bracket_for)
@@ -203,9 +208,12 @@ struct Nvfp4TabulatedFormat {
 };
 
 // Fills a CTA's table of element multipliers (Nvfp4TabulatedFormat::kCodes floats, shared
-// memory) for `format`; the caller synchronizes before the first lookup.
+// memory) for `format`; the caller synchronizes before the first lookup. Codes 0..0x7E only: no
+// block is encoded with 0x7F (scale_code gives at most 0x7E; a NaN block returns before the
+// lookup), and its entry, 1 / NaN, would take the division's slow path in one thread, which the
+// whole CTA then waits for at the barrier.
 __device__ __forceinline__ void tabulate_multipliers(const Nvfp4Format& format, float* table) {
-  for (int code = threadIdx.x; code < Nvfp4TabulatedFormat::kCodes; code += blockDim.x) {
+  for (int code = threadIdx.x; code < kE4M3NaN; code += blockDim.x) {
     table[code] = format.element_multiplier(code);
   }
 }
