@@ -207,12 +207,20 @@ def write_outputs(result: dict, out: pathlib.Path, tag: str) -> None:
     plot(result, out / f"linear_timeline_{tag}.png")
 
 
-def replot(json_path: pathlib.Path) -> dict:
-    """The .md and .png of a saved run, next to its JSON (linear_timeline_<tag>.json)."""
-    result = json.loads(json_path.read_text())
-    tag = json_path.stem.removeprefix("linear_timeline_")
-    write_outputs(result, json_path.parent, tag)
-    return result
+def saved_run_command(args: argparse.Namespace, prefix: str, write_outputs, comparison) -> dict | None:
+    """A timeline's commands on saved runs, no GPU needed: --replot JSON writes the run's .md and
+    .png next to its JSON (named <prefix><tag>.json) again; --compare BASE NEW prints
+    comparison(base, new). None when neither was asked for."""
+    if args.replot:
+        path = pathlib.Path(args.replot)
+        result = json.loads(path.read_text())
+        write_outputs(result, path.parent, path.stem.removeprefix(prefix))
+        return result
+    if args.compare:
+        base, new = (json.loads(pathlib.Path(path).read_text()) for path in args.compare)
+        print(comparison(base, new))
+        return {"base": base, "new": new}
+    return None
 
 
 def row_key(row: dict) -> tuple:
@@ -255,12 +263,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
-    if args.replot:
-        return replot(pathlib.Path(args.replot))
-    if args.compare:
-        base, new = (json.loads(pathlib.Path(path).read_text()) for path in args.compare)
-        print(comparison(base, new))
-        return {"base": base, "new": new}
+    saved = saved_run_command(args, "linear_timeline_", write_outputs, comparison)
+    if saved is not None:
+        return saved
     if not torch.cuda.is_available():
         print("linear_timeline needs a CUDA GPU", file=sys.stderr)
         return None

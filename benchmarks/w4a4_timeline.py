@@ -44,7 +44,7 @@ from fp4ops.timing import timed_calls
 from . import w4a4_layers
 from .decode_stream import REPLAYS as TIMED_REPLAYS
 from .decode_stream import captured_graph
-from .linear_timeline import Kernel, launch_order, profiled_kernels, role
+from .linear_timeline import Kernel, launch_order, profiled_kernels, role, saved_run_command
 from .suite.harness import banner, banner_line
 
 STAGES = ("attn norm", "q", "kv", "o quantize", "o", "mlp norm", "gate_up", "silu_mul", "down")
@@ -286,15 +286,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
-    if args.replot:
-        path = pathlib.Path(args.replot)
-        result = json.loads(path.read_text())
-        write_outputs(result, path.parent, path.stem.removeprefix("w4a4_timeline_"))
-        return result
-    if args.compare:
-        base, new = (json.loads(pathlib.Path(path).read_text()) for path in args.compare)
-        print(comparison(base, new))
-        return {"base": base, "new": new}
+    saved = saved_run_command(args, "w4a4_timeline_", write_outputs, comparison)
+    if saved is not None:
+        return saved
     if not torch.cuda.is_available():
         print("w4a4_timeline needs a CUDA GPU", file=sys.stderr)
         return None
