@@ -44,8 +44,27 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
   });
 }
 
+// Calls fn(x, num_chunks, scale_index, aligned) with `input`'s element type resolved: x its typed
+// pointer, num_chunks its 32-byte chunks, scale_index the layout `swizzled` names for blocks of
+// `block` elements, aligned whether x is 16-byte aligned, as with_bool passes it (one instance per case).
 // K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16
 // (16 elements) or fp32 (8 elements); 32 fp32 elements also fill whole MXFP4 blocks.
+template <class Fn>
+void with_quantize_input(const at::Tensor& input, bool swizzled, int block, Fn&& fn) {
+  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.const_data_ptr());
+    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
+    with_scale_index(swizzled, input.sizes(), input.size(-1) / block, [&](auto scale_index) {
+      with_bool(is_aligned(x, 16), [&](auto aligned) { fn(x, num_chunks, scale_index, aligned); });
+    });
+  });
+}
+
+// The element type behind with_quantize_input's x.
+template <class Pointer>
+using ElementOf = std::remove_cv_t<std::remove_pointer_t<Pointer>>;
+
 // Scales go where `swizzled` says (SPEC 4); swizzled outputs were allocated zeroed. The quantize
 // kernels launch as programmatic dependents of the kernel before them, which they wait for before
 // reading (its launch overlaps that kernel's end, such as a linear's reduction).
@@ -54,19 +73,11 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
                      cudaStream_t stream) {
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
-  const int64_t cols = input.size(-1) / Source::Format::kBlock;
-  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* x = static_cast<const T*>(input.const_data_ptr());
-    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
+  with_quantize_input(input, swizzled, Source::Format::kBlock, [&](auto x, int64_t num_chunks, auto scale_index, auto aligned) {
+    using T = ElementOf<decltype(x)>;
     const unsigned grid = grid_for(num_chunks, kThreads, kQuantizeMaxSteps);  // >= 1: block 0 also publishes g
-    with_scale_index(swizzled, input.sizes(), cols, [&](auto scale_index) {
-      using Index = decltype(scale_index);
-      with_bool(is_aligned(x, 16), [&](auto aligned) {
-        launch_dependent(quantize_kernel<T, decltype(aligned)::value, Source, Index>, grid, kThreads, stream, x,
-                         num_chunks, source, data, scales, scale_index);
-      });
-    });
+    launch_dependent(quantize_kernel<T, decltype(aligned)::value, Source, decltype(scale_index)>, grid, kThreads, stream, x,
+                     num_chunks, source, data, scales, scale_index);
   });
 }
 
@@ -75,17 +86,10 @@ void launch_quantize_nvfp4_single_block(const at::Tensor& input, at::Tensor& sca
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
   float* g = scale_out.mutable_data_ptr<float>();
-  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* x = static_cast<const T*>(input.const_data_ptr());
-    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
-    with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
-      using Index = decltype(scale_index);
-      with_bool(is_aligned(x, 16), [&](auto aligned) {
-        launch_dependent(quantize_nvfp4_single_block_kernel<T, decltype(aligned)::value, Index>, 1, kSingleBlockThreads,
-                         stream, x, num_chunks, g, data, scales, scale_index);
-      });
-    });
+  with_quantize_input(input, swizzled, kNvfp4Block, [&](auto x, int64_t num_chunks, auto scale_index, auto aligned) {
+    using T = ElementOf<decltype(x)>;
+    launch_dependent(quantize_nvfp4_single_block_kernel<T, decltype(aligned)::value, decltype(scale_index)>, 1,
+                     kSingleBlockThreads, stream, x, num_chunks, g, data, scales, scale_index);
   });
 }
 
@@ -98,18 +102,11 @@ bool launch_quantize_nvfp4_cluster(const at::Tensor& input, at::Tensor& scale_ou
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
   float* g = scale_out.mutable_data_ptr<float>();
   bool launched = false;
-  dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* x = static_cast<const T*>(input.const_data_ptr());
-    const int64_t num_chunks = input.numel() / kElemsPer32Bytes<T>;
-    with_scale_index(swizzled, input.sizes(), input.size(-1) / kNvfp4Block, [&](auto scale_index) {
-      with_bool(is_aligned(x, 16), [&](auto aligned) {
-        const auto kernel = quantize_nvfp4_cluster_kernel<T, decltype(aligned)::value, decltype(scale_index)>;
-        launched = launch_one_cluster_of_fewest_threads(kernel, num_chunks, kClusterQuantizeThreads,
-                                                        kClusterQuantizeMaxThreads, stream, x, num_chunks, g, data,
-                                                        scales, scale_index);
-      });
-    });
+  with_quantize_input(input, swizzled, kNvfp4Block, [&](auto x, int64_t num_chunks, auto scale_index, auto aligned) {
+    using T = ElementOf<decltype(x)>;
+    const auto kernel = quantize_nvfp4_cluster_kernel<T, decltype(aligned)::value, decltype(scale_index)>;
+    launched = launch_one_cluster_of_fewest_threads(kernel, num_chunks, kClusterQuantizeThreads, kClusterQuantizeMaxThreads,
+                                                    stream, x, num_chunks, g, data, scales, scale_index);
   });
   return launched;
 }
