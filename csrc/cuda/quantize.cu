@@ -46,7 +46,8 @@ void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) 
 
 // Calls fn(x, num_chunks, scale_index, aligned) with `input`'s element type resolved: x its typed
 // pointer, num_chunks its 32-byte chunks, scale_index the layout `swizzled` names for blocks of
-// `block` elements, aligned whether x is 16-byte aligned, as with_bool passes it (one instance per case).
+// `block` elements, aligned whether x is 16-byte aligned, as with_bool passes it (one instance per
+// case).
 // K is a multiple of 16 (NVFP4) or 32 (MXFP4), so a tensor is whole 32-byte chunks of bf16/fp16
 // (16 elements) or fp32 (8 elements); 32 fp32 elements also fill whole MXFP4 blocks.
 template <class Fn>
@@ -73,11 +74,12 @@ void launch_quantize(const at::Tensor& input, const Source& source, QuantizedOut
                      cudaStream_t stream) {
   uint8_t* data = out.data.mutable_data_ptr<uint8_t>();
   uint8_t* scales = static_cast<uint8_t*>(out.scales.mutable_data_ptr());
-  with_quantize_input(input, swizzled, Source::Format::kBlock, [&](auto x, int64_t num_chunks, auto scale_index, auto aligned) {
+  const int block = Source::Format::kBlock;
+  with_quantize_input(input, swizzled, block, [&](auto x, int64_t num_chunks, auto scale_index, auto aligned) {
     using T = ElementOf<decltype(x)>;
     const unsigned grid = grid_for(num_chunks, kThreads, kQuantizeMaxSteps);  // >= 1: block 0 also publishes g
-    launch_dependent(quantize_kernel<T, decltype(aligned)::value, Source, decltype(scale_index)>, grid, kThreads, stream, x,
-                     num_chunks, source, data, scales, scale_index);
+    launch_dependent(quantize_kernel<T, decltype(aligned)::value, Source, decltype(scale_index)>, grid, kThreads,
+                     stream, x, num_chunks, source, data, scales, scale_index);
   });
 }
 
@@ -105,8 +107,9 @@ bool launch_quantize_nvfp4_cluster(const at::Tensor& input, at::Tensor& scale_ou
   with_quantize_input(input, swizzled, kNvfp4Block, [&](auto x, int64_t num_chunks, auto scale_index, auto aligned) {
     using T = ElementOf<decltype(x)>;
     const auto kernel = quantize_nvfp4_cluster_kernel<T, decltype(aligned)::value, decltype(scale_index)>;
-    launched = launch_one_cluster_of_fewest_threads(kernel, num_chunks, kClusterQuantizeThreads, kClusterQuantizeMaxThreads,
-                                                    stream, x, num_chunks, g, data, scales, scale_index);
+    launched = launch_one_cluster_of_fewest_threads(kernel, num_chunks, kClusterQuantizeThreads,
+                                                    kClusterQuantizeMaxThreads, stream, x, num_chunks, g, data,
+                                                    scales, scale_index);
   });
   return launched;
 }

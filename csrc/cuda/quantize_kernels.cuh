@@ -173,14 +173,14 @@ struct ScaleBracket {
   }
 };
 
-// The bracket for g where 2^-100 <= g <= 2^100, off otherwise. The range keeps K normal, and keeps
-// bmax / 6 normal wherever sb can be nonzero (that needs (bmax / 6) / g >= 2^-10, so bmax / 6 >=
-// 2^-110), which the bracket's error bound assumes.
 // 1 / 6 rounded to fp32 as div_rn rounds it, a constant: __fdiv_rn is not folded at compile time,
 // and the division would sit on the chain from g's read to the CTA's first barrier.
 constexpr float kInverseE2M1Max = 0x1.555556p-3f;
 static_assert(kInverseE2M1Max == 1.0f / kE2M1Max, "1 / 6 rounded to nearest");
 
+// The bracket for g where 2^-100 <= g <= 2^100, off otherwise. The range keeps K normal, and keeps
+// bmax / 6 normal wherever sb can be nonzero (that needs (bmax / 6) / g >= 2^-10, so bmax / 6 >=
+// 2^-110), which the bracket's error bound assumes.
 __device__ __forceinline__ ScaleBracket scale_bracket_for(float g) {
   if (!(g >= 0x1p-100f && g <= 0x1p100f)) return {};
   const float k = div_rn(kInverseE2M1Max, g);
