@@ -17,7 +17,8 @@ layers of every replay (a replay's first layer has no predecessor and gives no p
 gives the same graph's time per layer without the profiler (`unprofiled`), and the kernels each stage
 launched in the first layer profiled (which path a producer took: one block, a cluster, a grid, or
 separate passes). Where the run has "nvfp4" and "nvfp4 own g" at the same rows, the table of what
-dynamic activation scales add to each stage follows. Batches up to 64 rows (128 on Hopper), where
+dynamic activation scales add to each stage follows, then each linear stage's kernels (x decode,
+MMA kernel, reduction): when each ends after the stage before. Batches up to 64 rows (128 on Hopper), where
 every linear runs on fp4ops' own kernels: past that a linear dequantizes for `F.linear`, whose
 kernels this does not split into stages (it raises, naming the sequence it found).
 
@@ -51,6 +52,7 @@ STAGES = ("attn norm", "q", "kv", "o quantize", "o", "mlp norm", "gate_up", "sil
 # Each stage's kind, in the order w4a4_layers.fp4_layer launches them.
 KINDS = ("norm", "linear", "linear", "quantize", "linear", "norm", "linear", "silu_mul", "linear")
 PRODUCER_STAGES = tuple(stage for stage, kind in zip(STAGES, KINDS) if kind != "linear")
+LINEAR_STAGES = tuple(stage for stage, kind in zip(STAGES, KINDS) if kind == "linear")
 VARIANTS = ("nvfp4", "nvfp4 own g", "mxfp4")
 ROWS = [1, 8, 32, 64]
 LAYERS = 8  # per graph: a replay's first layer gives no period
@@ -128,6 +130,38 @@ def layer_spans(layers: list[list[list[Kernel]]]) -> list[dict]:
     return out
 
 
+LINEAR_ROLES = ("prep", "main", "reduce")  # linear_timeline.role: x decode, MMA kernel, K ranges' reduction
+
+
+def linear_kernel_ends(layers: list[list[list[Kernel]]]) -> list[dict]:
+    """For each layer with a predecessor, each linear stage's kernels by role: the last end of the
+    role's kernels after the previous stage's end (us; the reduction's is the stage's span, and an
+    x decode that finished under the stage before is negative). Where in a linear stage the time
+    goes that layer_spans gives whole."""
+    out = []
+    for predecessor, layer in itertools.pairwise(layers):
+        starts = [max(k.end for k in predecessor[-1])] + [max(k.end for k in group) for group in layer[:-1]]
+        ends = {}
+        for stage, kind, start, group in zip(STAGES, KINDS, starts, layer):
+            if kind == "linear":
+                by_role = {}
+                for kernel in group:
+                    part = role(kernel.name)
+                    by_role[part] = max(by_role.get(part, kernel.end), kernel.end)
+                ends[stage] = {part: end - start for part, end in by_role.items()}
+        out.append(ends)
+    return out
+
+
+def median_linear_ends(per_layer: list[dict]) -> dict:
+    """{stage: {role: median}} over the layers, for the roles every layer's stage has."""
+    out = {}
+    for stage in per_layer[0]:
+        roles = [part for part in LINEAR_ROLES if all(part in layer[stage] for layer in per_layer)]
+        out[stage] = {part: statistics.median(layer[stage][part] for layer in per_layer) for part in roles}
+    return out
+
+
 def short_name(name: str) -> str:
     """A kernel's function name without namespace and template arguments."""
     found = re.search(r"(\w+)(?:<|\()", name.removeprefix("void "))
@@ -167,7 +201,7 @@ def measure(variant: str, rows: int, layers: list, device: torch.device) -> dict
         graph = captured_graph(step, h, device)
         unprofiled = statistics.median(timed_calls(graph.replay, device, TIMED_REPLAYS)[0]) / layer_count
         runs = profiled_kernels(graph, REPLAYS, keep=is_fp4ops)
-    spans, kernels = [], None
+    spans, ends, kernels = [], [], None
     for run in runs:
         try:
             grouped = layers_of(run)
@@ -177,10 +211,12 @@ def measure(variant: str, rows: int, layers: list, device: torch.device) -> dict
         if len(grouped) != layer_count:
             raise RuntimeError(f"{variant}, {rows} rows: {len(grouped)} layers in the profile, expected {layer_count}")
         spans += layer_spans(grouped)
+        ends += linear_kernel_ends(grouped)
         kernels = kernels or stage_kernels(grouped[0])
     medians = {name: statistics.median(s[name] for s in spans) for name in (*STAGES, "period")}
     return {"variant": variant, "rows": rows, "layers": layer_count, "span_us": {s: medians[s] for s in STAGES},
-            "period_us": medians["period"], "unprofiled_us": unprofiled, "kernels": kernels}
+            "period_us": medians["period"], "unprofiled_us": unprofiled, "kernels": kernels,
+            "linear_ends_us": median_linear_ends(ends)}
 
 
 def row_cells(row: dict) -> list[float]:
@@ -197,6 +233,10 @@ def own_g_costs(rows: list[dict]) -> list[list]:
     return body
 
 
+def linear_ends_cell(by_role: dict) -> str:
+    return " / ".join(f"{by_role[part]:.2f}" if part in by_role else "-" for part in LINEAR_ROLES)
+
+
 def markdown(result: dict) -> str:
     head = ["variant", "rows", *(f"{s} us" for s in STAGES), "period us", "unprofiled us"]
     body = [[r["variant"], r["rows"], *row_cells(r)] for r in result["rows"]]
@@ -208,6 +248,12 @@ def markdown(result: dict) -> str:
     if costs:
         text += ("\nWhat dynamic activation scales add (nvfp4 own g - nvfp4), us:\n\n"
                  + tabulate(costs, ["rows", *STAGES, "period", "unprofiled"], tablefmt="github", floatfmt="+.2f") + "\n")
+    ends = [[r["variant"], r["rows"], *(linear_ends_cell(r["linear_ends_us"][s]) for s in LINEAR_STAGES)]
+            for r in result["rows"] if "linear_ends_us" in r]  # runs before the key have none
+    if ends:
+        text += ("\nThe linears' kernels: when each ends after the stage before (x decode / MMA kernel / reduction, "
+                 "us; the reduction's is the stage's span, and a negative x decode ended under the stage before):\n\n"
+                 + tabulate(ends, ["variant", "rows", *LINEAR_STAGES], tablefmt="github", disable_numparse=True) + "\n")
     if result.get("failed"):  # runs before failing rows were kept have no key
         text += "\nNot measured (the profile was not whole layers of the chain): " + "; ".join(result["failed"]) + ".\n"
     paths = [[r["variant"], r["rows"], *(" + ".join(r["kernels"][s]) for s in PRODUCER_STAGES)] for r in result["rows"]]

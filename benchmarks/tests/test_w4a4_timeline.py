@@ -74,6 +74,33 @@ def test_stages_and_spans_match_the_timeline():
         assert got["period"] == pytest.approx(ends[i + 1][-1] - ends[i][-1])
 
 
+def test_linear_kernel_ends_are_each_role_after_the_stage_before():
+    rng = random.Random()
+    layer_count = rng.randint(2, 5)
+    kernels, ends, names = random_chain(layer_count, rng)  # in launch order: each layer's stages in turn
+    expected, position = [], 0
+    for i, layer_names in enumerate(names):
+        by_stage = {}
+        for s, (stage, kind, group) in enumerate(zip(wt.STAGES, wt.KINDS, layer_names)):
+            start = ends[i][s - 1] if s else (ends[i - 1][-1] if i else None)
+            if kind == "linear" and start is not None:
+                roles = [wt.role(name) for name in group]
+                by_stage[stage] = {part: k.end - start for part, k in zip(roles, kernels[position:position + len(group)])}
+            position += len(group)
+        expected.append(by_stage)
+    rng.shuffle(kernels)
+    got = wt.linear_kernel_ends(wt.layers_of(kernels))
+    assert len(got) == layer_count - 1
+    for layer_got, layer_expected in zip(got, expected[1:]):
+        assert set(layer_got) == set(wt.LINEAR_STAGES)
+        for stage in wt.LINEAR_STAGES:
+            assert layer_got[stage] == pytest.approx(layer_expected[stage], abs=1e-9), stage
+            assert layer_got[stage]["main"] <= layer_got[stage].get("reduce", layer_got[stage]["main"])
+    medians = wt.median_linear_ends(got)
+    for stage in wt.LINEAR_STAGES:  # a role is kept only where every layer's stage has it
+        assert set(medians[stage]) == set.intersection(*(set(layer[stage]) for layer in got))
+
+
 def test_profiles_that_are_not_whole_layers_are_refused():
     rng = random.Random()
     kernels, _, names = random_chain(2, rng)  # kernels in launch order
@@ -113,6 +140,21 @@ def test_markdown_has_every_row_and_the_own_g_costs():
     static, own = result["rows"][1], result["rows"][3]  # 64 rows each
     assert f"{own['span_us']['o quantize'] - static['span_us']['o quantize']:+.2f}" in text
     assert "What dynamic" not in wt.markdown(saved_run(rng, ["mxfp4"], [1]))
+
+
+def test_markdown_gives_the_linears_kernel_ends_where_the_run_has_them():
+    rng = random.Random()
+    result = saved_run(rng, ["nvfp4", "mxfp4"], [1])
+    assert "The linears' kernels" not in wt.markdown(result)  # a run saved before the key: no table
+    with_ends = result["rows"][0]
+    with_ends["linear_ends_us"] = {stage: {"prep": rng.uniform(-2.0, 1.0), "main": rng.uniform(1.0, 20.0),
+                                           "reduce": with_ends["span_us"][stage]} for stage in wt.LINEAR_STAGES}
+    del with_ends["linear_ends_us"]["kv"]["prep"]  # a role a stage did not have
+    text = wt.markdown(result)
+    assert "The linears' kernels" in text
+    q, kv = with_ends["linear_ends_us"]["q"], with_ends["linear_ends_us"]["kv"]
+    assert f"| {q['prep']:.2f} / {q['main']:.2f} / {q['reduce']:.2f} |" in text
+    assert f"| - / {kv['main']:.2f} / {kv['reduce']:.2f} |" in text
 
 
 def test_replot_and_compare_need_no_gpu(tmp_path, monkeypatch, capsys):
