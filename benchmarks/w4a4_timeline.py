@@ -119,12 +119,18 @@ def layers_of(kernels: list[Kernel]) -> list[list[list[Kernel]]]:
     return [[group for _, group in stages[i:i + len(KINDS)]] for i in range(0, len(stages), len(KINDS))]
 
 
+def stage_boundaries(predecessor: list[list[Kernel]], layer: list[list[Kernel]]) -> list[float]:
+    """The predecessor's last end, then each of the layer's stages' last ends (us): stage i runs
+    from boundary i to boundary i + 1."""
+    return [max(k.end for k in predecessor[-1])] + [max(k.end for k in group) for group in layer]
+
+
 def layer_spans(layers: list[list[list[Kernel]]]) -> list[dict]:
     """Each layer's span per stage and its period (us), for every layer with a predecessor: a
     stage's span runs from the previous stage's last end to its own."""
     out = []
     for predecessor, layer in itertools.pairwise(layers):
-        ends = [max(k.end for k in predecessor[-1])] + [max(k.end for k in group) for group in layer]
+        ends = stage_boundaries(predecessor, layer)
         spans = {stage: end - start for stage, start, end in zip(STAGES, ends, ends[1:])}
         out.append({**spans, "period": ends[-1] - ends[0]})
     return out
@@ -140,7 +146,7 @@ def linear_kernel_ends(layers: list[list[list[Kernel]]]) -> list[dict]:
     goes that layer_spans gives whole."""
     out = []
     for predecessor, layer in itertools.pairwise(layers):
-        starts = [max(k.end for k in predecessor[-1])] + [max(k.end for k in group) for group in layer[:-1]]
+        starts = stage_boundaries(predecessor, layer)[:-1]
         ends = {}
         for stage, kind, start, group in zip(STAGES, KINDS, starts, layer):
             if kind == "linear":
