@@ -62,6 +62,8 @@ SPEEDUP_TARGETS = [(16, 3.4), (32, 2.5), (64, 1.6)]
 # FP4 x is timed up to the kernel family's rows; above them the op dequantizes both operands.
 FP4_X_MAX_ROWS = 64
 REPLAYS = 20
+# Distinct layers a graph at least (more where 4x the L2 needs them).
+MIN_LAYERS = 2
 
 
 def fp4_weight_bytes(n: int, k: int, fmt: str) -> int:
@@ -136,13 +138,13 @@ def target_for(rows: int) -> float | None:
 
 
 def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_only: bool = False,
-                  batch_invariant: bool = False, bias: bool = False) -> list[dict]:
+                  batch_invariant: bool = False, bias: bool = False, min_layers: int = MIN_LAYERS) -> list[dict]:
     """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines).
     fp4_only: time the FP4 layers alone (an A/B of kernels, whose baselines do not change)."""
     n, k = shape
     fp4_x = x_kind == "fp4"
     dtype = torch.bfloat16 if fp4_x else getattr(torch, x_kind)
-    copies = layer_count(n, k, fmt, l2_bytes) if timer.cuda else 2
+    copies = layer_count(n, k, fmt, l2_bytes, min_layers) if timer.cuda else 2
     fp4_layers, dense = make_layers([shape], copies, fmt, dtype, timer.device, batch_invariant, bias)
     rows_out = []
     for rows in rows_list:
@@ -297,6 +299,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="FP4Linear(batch_invariant=True): the kernel family in row chunks at every row count")
     p.add_argument("--bias", action="store_true",
                    help="every layer of --shapes with a bias in x's dtype (the Llama stack has none)")
+    p.add_argument("--min-layers", type=int, default=MIN_LAYERS,
+                   help=f"distinct layers a graph at least (default {MIN_LAYERS}; more where 4x the L2 needs them)")
     p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> dict:
                     rows_here = [r for r in rows_list if r <= FP4_X_MAX_ROWS] if x_kind == "fp4" else rows_list
                     for shape in shapes:
                         result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes, args.fp4_only,
-                                                        args.batch_invariant, args.bias)
+                                                        args.batch_invariant, args.bias, args.min_layers)
                         json_path.write_text(json.dumps(result, indent=1))
                         if cuda:
                             torch.cuda.empty_cache()
