@@ -131,24 +131,26 @@ inline void allow_dynamic_smem(Kernel kernel, size_t smem, int device) {
 
 // The dynamic shared memory to launch `kernel` with (`smem` or more, allowed as allow_dynamic_smem)
 // so that no SM holds more than ceil(ctas / SMs) of the grid's `ctas` CTAs of `threads` threads,
-// where more would fit: the CTAs of a one-wave grid then spread over the SMs one per SM in turn.
-// Otherwise the block scheduler may stack them up to the occupancy limit on the SMs that free first
-// (a programmatic dependent launches while the kernel before still runs), and the SMs with the most
-// CTAs set the kernel's time. A grid of more waves keeps `smem`. The larger request also leaves
+// nor more than `max_per_sm` (a cap some kernels run faster under), where more would fit: the CTAs
+// of a one-wave grid then spread over the SMs one per SM in turn. Otherwise the block scheduler may
+// stack them up to the occupancy limit on the SMs that free first (a programmatic dependent
+// launches while the kernel before still runs), and the SMs with the most CTAs set the kernel's
+// time. A grid of more waves keeps `smem` (or is held to the cap). The larger request also leaves
 // less room for the next kernel's early CTAs, which some small grids pay for (docs/performance.md,
-// "Linear: dispatch and bounds"). Cached per kernel, device, block, `smem` and `ctas` (the
-// occupancy queries cost microseconds of host time).
+// "Linear: dispatch and bounds"). Cached per kernel, device, block, `smem`, `ctas` and `max_per_sm`
+// (the occupancy queries cost microseconds of host time).
 template <typename Kernel>
-inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, int64_t ctas, int device) {
+inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, int64_t ctas, int device,
+                                     int max_per_sm = std::numeric_limits<int>::max()) {
   static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int, size_t, int64_t>, size_t> cache;
+  static std::map<std::tuple<const void*, int, int, size_t, int64_t, int>, size_t> cache;
   {
     const std::lock_guard<std::mutex> lock(mutex);
-    const auto it = cache.find(std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, ctas));
+    const auto it = cache.find(std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, ctas, max_per_sm));
     if (it != cache.end()) return it->second;
   }
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
-  const int64_t per_sm = (ctas + prop->multiProcessorCount - 1) / prop->multiProcessorCount;
+  const int64_t per_sm = std::min<int64_t>((ctas + prop->multiProcessorCount - 1) / prop->multiProcessorCount, max_per_sm);
   allow_dynamic_smem(kernel, smem, device);
   size_t chosen = smem;
   if (ctas_per_sm(kernel, threads, smem, device) > per_sm) {
@@ -164,7 +166,7 @@ inline size_t spreading_dynamic_smem(Kernel kernel, int threads, size_t smem, in
     }
   }
   const std::lock_guard<std::mutex> lock(mutex);
-  cache.emplace(std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, ctas), chosen);
+  cache.emplace(std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem, ctas, max_per_sm), chosen);
   return chosen;
 }
 
