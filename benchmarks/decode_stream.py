@@ -9,8 +9,9 @@
     python -m benchmarks.decode_stream --dtypes fp4 --llama-only  # the W4A4 Llama stacks only
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
-at least 4x the L2, called back to back in one CUDA graph with no flush between layers; the time
-per layer is a graph replay's median over the layer count. Implementations, each on the same x:
+at least 4x the L2, and at least 8 (--min-layers), called back to back in one CUDA graph with no
+flush between layers; the time per layer is a graph replay's median over the layer count (with
+fewer layers, a graph's first layer, which overlaps nothing, and its last weigh on it). Implementations, each on the same x:
 - `bf16`: F.linear with the weight in x's dtype (cuBLAS), the layer a serving engine would
   otherwise run;
 - `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count (with
@@ -62,8 +63,10 @@ SPEEDUP_TARGETS = [(16, 3.4), (32, 2.5), (64, 1.6)]
 # FP4 x is timed up to the kernel family's rows; above them the op dequantizes both operands.
 FP4_X_MAX_ROWS = 64
 REPLAYS = 20
-# Distinct layers a graph at least (more where 4x the L2 needs them).
-MIN_LAYERS = 2
+# Distinct layers a graph at least (more where 4x the L2 needs them): a model's linears run back to
+# back, each overlapping the one before; with two layers a graph, one of them has nothing before it
+# (docs/performance.md, "Method").
+MIN_LAYERS = 8
 
 
 def fp4_weight_bytes(n: int, k: int, fmt: str) -> int:
