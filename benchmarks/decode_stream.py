@@ -11,7 +11,8 @@
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, and at least 8 (--min-layers), called back to back in one CUDA graph with no
 flush between layers; the time per layer is a graph replay's median over the layer count (with
-fewer layers, a graph's first layer, which overlaps nothing, and its last weigh on it). Implementations, each on the same x:
+fewer layers, a graph's first layer, which overlaps nothing, and its last weigh on it).
+Implementations, each on the same x:
 - `bf16`: F.linear with the weight in x's dtype (cuBLAS), the layer a serving engine would
   otherwise run;
 - `fp4`: fp4ops.nn.FP4Linear, whatever path its forward takes for that row count (with
