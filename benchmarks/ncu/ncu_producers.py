@@ -5,8 +5,9 @@ Nsight Compute, e.g.
 --section SourceCounters -k regex:"rms_norm|silu_mul" python benchmarks/ncu/ncu_producers.py
 
 Prints each case's name before its calls, so the report's kernels can be matched to the cases in
-order; case numbers as arguments (from 0) run only those. Cases: RMSNorm with a residual (NVFP4 with a given g, MXFP4) at 1 and 8 rows of 4096, and
-SiLU-mul at 8 rows of 14336 (NVFP4 with a given g and with its own).
+order; case numbers as arguments (from 0) run only those. Cases: RMSNorm with a residual (NVFP4
+with a given g, MXFP4) at 1 and 8 rows of 4096, and SiLU-mul at 8 rows of 14336 (NVFP4 with a
+given g and with its own).
 """
 
 import sys
