@@ -69,17 +69,25 @@ struct MmaGemvLayout {
   }
 };
 
-// Two E4M3 codes (low byte first) -> fp32, exactly (NaN stays NaN): with the E4M3 cvt where the
-// chip has it (FP4OPS_HW_E4M3, arch.h), else the format's software decode (same values).
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
 #if defined(FP4OPS_HW_E4M3)
+// Two E4M3 codes (low byte first) -> fp16, exactly (every E4M3 value is an fp16 one; NaN stays
+// NaN), by the E4M3 cvt (FP4OPS_HW_E4M3, arch.h).
+__device__ __forceinline__ __half2 e4m3x2_to_half2(uint32_t codes) {
   uint32_t halves;
   asm("{\n\t.reg .b16 pair;\n\t"
       "cvt.u16.u32 pair, %1;\n\t"
       "cvt.rn.f16x2.e4m3x2 %0, pair;\n\t}"
       : "=r"(halves)
       : "r"(codes));
-  return __half22float2(*reinterpret_cast<const __half2*>(&halves));
+  return *reinterpret_cast<const __half2*>(&halves);
+}
+#endif
+
+// Two E4M3 codes (low byte first) -> fp32, exactly (NaN stays NaN): with the E4M3 cvt where the
+// chip has it, else the format's software decode (same values).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
+#if defined(FP4OPS_HW_E4M3)
+  return __half22float2(e4m3x2_to_half2(codes));
 #else
   return make_float2(e4m3_decode(codes & 0xFFu), e4m3_decode(codes >> 8 & 0xFFu));
 #endif

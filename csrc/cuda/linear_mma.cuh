@@ -97,8 +97,24 @@ struct LinearScaling<__half> {
     const __half2 f = __float2half2_rn(mul_rn(scale, exp2_int(kFactorExponent)));
     return *reinterpret_cast<const uint32_t*>(&f);
   }
-  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t b) {
-    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  // The factors of two E4M3 codes (low byte first), one a half. With the E4M3 cvt the scales
+  // widen to fp16 exactly and one fp16 multiply by the power of two gives the factors (exact: see
+  // above), where the widening to fp32, the fp32 multiply and the narrowing cost three times the
+  // instructions; without it, as factor() does.
+  static __device__ __forceinline__ uint32_t factor_pair(uint32_t codes) {
+#if defined(FP4OPS_HW_E4M3)
+    __half2 f = e4m3x2_to_half2(codes);
+    if constexpr (kFactorExponent != 0) f = __hmul2(f, __float2half2_rn(exp2_int(kFactorExponent)));
+#else
+    const float2 scales = e4m3x2_to_float2(codes);
+    const __half2 f = __floats2half2_rn(mul_rn(scales.x, exp2_int(kFactorExponent)), mul_rn(scales.y, exp2_int(kFactorExponent)));
+#endif
+    return *reinterpret_cast<const uint32_t*>(&f);
+  }
+  // a's two values times the factor in half `half` of `factors`.
+  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t factors, int half = 0) {
+    const __half2 f = *reinterpret_cast<const __half2*>(&factors);
+    const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&a), half == 0 ? __low2half2(f) : __high2half2(f));
     return *reinterpret_cast<const uint32_t*>(&v);
   }
 };
@@ -113,9 +129,19 @@ struct LinearScaling<__nv_bfloat16> {
     const __nv_bfloat162 f = __float2bfloat162_rn(mul_rn(scale, exp2_int(kFactorExponent)));
     return *reinterpret_cast<const uint32_t*>(&f);
   }
-  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t b) {
+  // The factors of two E4M3 codes (low byte first), one a half: the scales narrowed to bf16 (exact:
+  // three significant bits), then one bf16 multiply by the power of two (exact: the products are
+  // normal and below bf16's largest), where two fp32 multiplies came before the narrowing.
+  static __device__ __forceinline__ uint32_t factor_pair(uint32_t codes) {
+    const float2 scales = e4m3x2_to_float2(codes);
+    const __nv_bfloat162 f = __hmul2(__floats2bfloat162_rn(scales.x, scales.y), __float2bfloat162_rn(exp2_int(kFactorExponent)));
+    return *reinterpret_cast<const uint32_t*>(&f);
+  }
+  // a's two values times the factor in half `half` of `factors`.
+  static __device__ __forceinline__ uint32_t mul(uint32_t a, uint32_t factors, int half = 0) {
+    const __nv_bfloat162 f = *reinterpret_cast<const __nv_bfloat162*>(&factors);
     const __nv_bfloat162 v =
-        __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+        __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), half == 0 ? __low2bfloat162(f) : __high2bfloat162(f));
     return *reinterpret_cast<const uint32_t*>(&v);
   }
 };
@@ -485,16 +511,15 @@ __device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selec
 }
 
 // NVFP4, one step of a warp's weight: per unit u and row half h (rows g, g + 8), the factor (block
-// scale x 2^kFactorExponent, LinearScaling) of the lane's block, from the step's scales of row g at
-// scales_g (row g + 8's 8 codes 64 bytes after).
+// scale x 2^kFactorExponent, LinearScaling) of the lane's block in half u % 2 of factors[u][h],
+// from the step's scales of row g at scales_g (row g + 8's 8 codes 64 bytes after).
 template <class Scaling>
 __device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t nvfp4_selector, uint32_t (&factors)[4][2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t codes = lane_block_codes(lds_64(scales_g + 64 * h), nvfp4_selector);
-    const float2 s01 = e4m3x2_to_float2(codes & 0xFFFFu), s23 = e4m3x2_to_float2(codes >> 16);
-    factors[0][h] = Scaling::factor(s01.x), factors[1][h] = Scaling::factor(s01.y);
-    factors[2][h] = Scaling::factor(s23.x), factors[3][h] = Scaling::factor(s23.y);
+    factors[0][h] = factors[1][h] = Scaling::factor_pair(codes & 0xFFFFu);
+    factors[2][h] = factors[3][h] = Scaling::factor_pair(codes >> 16);
   }
 }
 
@@ -507,7 +532,7 @@ __device__ __forceinline__ uint32_t replicate_byte_signs(uint32_t x) {
 }
 
 // MXFP4, one step of a warp's weight: per unit u and row half h, the factor of the lane's block
-// (Mxfp4Prescaling<MmaT>, in both halves), from the step's 4 codes of row g at scales_g (row g + 8's
+// (Mxfp4Prescaling<MmaT>, in both halves, so in half u % 2 as nvfp4_lane_factors gives it), from the step's 4 codes of row g at scales_g (row g + 8's
 // 32 bytes after). A block whose code is outside the window gets the factor 0, so that its MMAs add
 // zero products, and linear_mxfp4_outside_pass adds it; every other block keeps its factor, so a
 // row's sums never depend on another row's codes. The factors do not wait for the warp's vote,
@@ -596,7 +621,7 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
   for (int u = 0; u < 4; ++u) {
     Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0]), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1]);
+    for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0], u % 2), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1], u % 2);
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
       const Regs4 b = dense_b<Layout>(lds_128(x_step + x_lane[j][u % 2] + 64 * u));

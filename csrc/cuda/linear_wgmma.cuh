@@ -156,7 +156,7 @@ __device__ __forceinline__ bool linear_wgmma_step(uint32_t stage, uint32_t x_ste
     asm volatile("" : "+r"(words[u][0]), "+r"(words[u][1]));
     Regs4 a0 = Scaling::decode(words[u][0]), a1 = Scaling::decode(words[u][1]);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0]), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1]);
+    for (int r = 0; r < 4; ++r) a0.reg[r] = Scaling::mul(a0.reg[r], factors[u][0], u % 2), a1.reg[r] = Scaling::mul(a1.reg[r], factors[u][1], u % 2);
 #pragma unroll
     for (int hm = 0; hm < 2; ++hm) {
       a[u][hm][0] = a0.reg[2 * hm], a[u][hm][1] = a1.reg[2 * hm], a[u][hm][2] = a0.reg[2 * hm + 1], a[u][hm][3] = a1.reg[2 * hm + 1];
