@@ -186,22 +186,24 @@ bool x_must_arrive_paired(const LinearArgs& args, int column_tiles, bool residen
   return column_tiles > 1;
 }
 
-// CTAs per SM at most for the one-tile kernel with resident x at up to kFewRows rows of x, whose
-// registers and shared memory admit 4-5 CTAs of 8 warps on large grids: 32 warps, where the grid
-// has more CTAs than that many warps an SM hold and its K ranges are short (under kLongRange steps:
-// CTAs whose ring fill and x staging weigh most, which more CTAs side by side overlap); else 24.
-// With 24, a grid that 32 would run in one wave runs in more than one, so the CTAs of an SM start
-// and finish apart, not all in step (ring fills together, then main loops together), and the loop
-// runs faster than with more warps. At 8 rows, where each CTA stages 9 rows of x, the further wave
-// costs more than that gains on some layers. No effect on the bits. Measurements:
-// docs/performance.md, "Linear: dispatch and bounds".
-int linear_one_tile_ctas_per_sm_cap(int64_t m, int warps, int64_t ctas, int range_steps, int device) {
+// CTAs per SM at most, where registers and shared memory would admit 4-5 CTAs of 8 warps on large
+// grids. For two column tiles, and for one with resident x at up to kFewRows rows: 32 warps where
+// the grid has more CTAs than that many warps an SM hold and its K ranges are short (under
+// kLongRange steps: CTAs whose ring fill and x staging weigh most, which more CTAs side by side
+// overlap); 16 for one tile over ranges of kVeryLongRange steps and more; else 24. With fewer, a
+// grid that more warps would run in one wave runs in more than one, so the CTAs of an SM start and
+// finish apart, not all in step (ring fills together, then main loops together), and the loop runs
+// faster than with more warps. Uncapped: one tile at 5-8 rows, where each CTA stages 9 rows of x
+// and the further wave costs more than that gains on some layers, and one tile with x staged per
+// step (ranges too long for resident x), which ran slower capped. No effect on the bits.
+// Measurements: docs/performance.md, "Linear: dispatch and bounds".
+int linear_ctas_per_sm_cap(int column_tiles, bool resident, int64_t m, int warps, int64_t ctas, int range_steps, int device) {
   constexpr int64_t kFewRows = 4;
-  constexpr int kLongRange = 16, kManyWarps = 32, kFewWarps = 24;
-  if (m > kFewRows) return std::numeric_limits<int>::max();
+  constexpr int kLongRange = 16, kVeryLongRange = 24, kManyWarps = 32, kFewWarps = 24, kFewestWarps = 16;
+  if (column_tiles > 2 || (column_tiles == 1 && (!resident || m > kFewRows))) return std::numeric_limits<int>::max();
   const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
-  const bool many = ctas > kManyWarps / warps * sms && range_steps < kLongRange;
-  return (many ? kManyWarps : kFewWarps) / warps;
+  if (ctas > kManyWarps / warps * sms && range_steps < kLongRange) return kManyWarps / warps;
+  return (column_tiles == 1 && range_steps >= kVeryLongRange ? kFewestWarps : kFewWarps) / warps;
 }
 
 template <class Format, typename XT, int kNt, bool kResident, bool kRowChunks = false>
@@ -215,8 +217,7 @@ void launch_linear_kernel(LinearArgs args, cudaStream_t stream, int device) {
   size_t smem = Layout::resident_smem_bytes(warps, args.live_tokens, args.range_steps);
   const dim3 grid(static_cast<unsigned>((tiles + warps - 1) / warps), static_cast<unsigned>(args.splits), static_cast<unsigned>(row_chunks));
   const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  const int cap = kNt == 1 && kResident ? linear_one_tile_ctas_per_sm_cap(args.m, warps, ctas, args.range_steps, device)
-                                        : std::numeric_limits<int>::max();
+  const int cap = linear_ctas_per_sm_cap(kNt, kResident, args.m, warps, ctas, args.range_steps, device);
   smem = spreading_dynamic_smem(kernel, warps * 32, smem, ctas, device, cap);
   launch_dependent(kernel, grid, warps * 32, smem, stream, args);
 }
