@@ -130,7 +130,7 @@ struct LinearScaling<__nv_bfloat16> {
     return *reinterpret_cast<const uint32_t*>(&f);
   }
   // The factors of two E4M3 codes (low byte first), one a half: the scales narrowed to bf16 (exact:
-  // three significant bits), then one bf16 multiply by the power of two (exact: the products are
+  // four significant bits), then one bf16 multiply by the power of two (exact: the products are
   // normal and below bf16's largest), where two fp32 multiplies came before the narrowing.
   static __device__ __forceinline__ uint32_t factor_pair(uint32_t codes) {
     const float2 scales = e4m3x2_to_float2(codes);
