@@ -10,6 +10,10 @@ the kernels differ. From the repository root:
     python benchmarks/ab_bench.py --base HEAD~1 --bench decode -- --shapes 4096,4096 28672,8192 \
         --rows 1 8 16 64 --no-llama --fp4-only     (the linear kernels in the decode stream; without
         --fp4-only every run also times cuBLAS bf16 and dequantize + F.linear, the same in both builds)
+    python benchmarks/ab_bench.py --env carve=FP4OPS_EXP_CARVEOUT=100 --bench decode -- ...
+        (one build, this tree's, run as 'base' and once more per --env side with its environment
+        variables set: the knobs of a temporary experiment patch; with --base as well, the env
+        sides run the new build)
 
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
@@ -19,9 +23,9 @@ What it does:
    environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the builds run at once, each with
    MAX_JOBS compilers);
 3. runs `python -m benchmarks.suite <args>` (this tree's suite; `--bench decode`:
-   `benchmarks.decode_stream`) for new, then base, then the --also sides, `--rounds` times, each
-   run's JSON under <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH picks the
-   side's fp4ops);
+   `benchmarks.decode_stream`) for new, then base, then the --also and --env sides, `--rounds`
+   times, each run's JSON under <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH
+   picks the side's fp4ops; an --env side's variables are added to its runs' environment);
 4. prints and writes <out>/ab_summary.md: the suite's every fp4ops row at 2^26 elements or more
    (every GEMV and fused-producer shape), % of its run's ceiling and the median / fastest call in
    us, one column per run; the decode stream's FP4 layer time per case (us per layer), one column
@@ -95,8 +99,9 @@ def build_both(trees: dict[str, pathlib.Path], out: pathlib.Path) -> None:
 BENCH_MODULES = {"suite": "benchmarks.suite", "decode": "benchmarks.decode_stream"}
 
 
-def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path, bench: str = "suite") -> None:
-    env = dict(os.environ, PYTHONPATH=str(tree / "python"))
+def run_bench(tree: pathlib.Path, bench_args: list[str], run_dir: pathlib.Path, bench: str = "suite",
+              extra_env: dict[str, str] | None = None) -> None:
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": str(tree / "python")}
     with open(run_dir.with_suffix(".log"), "w") as log:
         subprocess.run([sys.executable, "-m", BENCH_MODULES[bench], *bench_args, "--out", str(run_dir), "--tag", "ab"],
                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
@@ -220,14 +225,39 @@ def summarize_decode(runs: dict[str, pathlib.Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def side_name_error(name: str, taken) -> str | None:
+    """Why `name` cannot name a side (runs are named side + round: no trailing digit), or None."""
+    if not name.isidentifier() or name.rstrip("0123456789") != name or name in ("new", "base", *taken):
+        return "NAME must be a new identifier not ending in a digit (not new or base)"
+    return None
+
+
+def parse_env_side(spec: str, taken) -> tuple[str, dict[str, str]]:
+    """--env NAME=VAR=VALUE[,VAR=VALUE...] -> (NAME, {VAR: VALUE}); ValueError says what is wrong."""
+    name, _, assignments = spec.partition("=")
+    if (error := side_name_error(name, taken)) is not None:
+        raise ValueError(error)
+    variables: dict[str, str] = {}
+    for assignment in assignments.split(","):
+        variable, equals, value = assignment.partition("=")
+        if not equals or not variable.isidentifier():
+            raise ValueError(f"expected VAR=VALUE, got {assignment!r}")
+        variables[variable] = value
+    return name, variables
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    base = parser.add_mutually_exclusive_group(required=True)
+    base = parser.add_mutually_exclusive_group()
     base.add_argument("--base", help="revision whose csrc is the 'base' side (e.g. HEAD~1)")
     base.add_argument("--base-csrc", type=pathlib.Path, help="folder holding the 'base' side's csrc")
     parser.add_argument("--also", action="append", default=[], metavar="NAME=CSRC",
                         help="one more side: this tree with the csrc folder CSRC, named NAME (repeatable)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VAR=VALUE[,VAR=VALUE...]",
+                        help="one more side: this tree's build run with these environment variables, named NAME "
+                             "(repeatable); without --base or --base-csrc, the A/B builds only this tree, "
+                             "which runs as 'base' and as each --env side")
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternating (default 2)")
     parser.add_argument("--bench", choices=sorted(BENCH_MODULES), default="suite",
                         help="suite: benchmarks.suite (default); decode: benchmarks.decode_stream")
@@ -245,14 +275,25 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--rounds must be at least 1")
     if args.time_budget is not None and args.time_budget <= 0:
         parser.error("--time-budget must be positive")
+    if args.base is None and args.base_csrc is None and not args.env:
+        parser.error("give --base, --base-csrc or at least one --env side")
+    if args.also and args.base is None and args.base_csrc is None:
+        parser.error("--also needs --base or --base-csrc")
     also: dict[str, pathlib.Path] = {}
     for spec in args.also:
         name, _, folder = spec.partition("=")
-        if not name.isidentifier() or name.rstrip("0123456789") != name or name in ("new", "base", *also):
-            parser.error(f"--also {spec}: NAME must be a new identifier not ending in a digit (not new or base)")
+        if (error := side_name_error(name, also)) is not None:
+            parser.error(f"--also {spec}: {error}")
         if not (pathlib.Path(folder) / "cuda").is_dir():
             parser.error(f"--also {spec}: expected a csrc folder (with cuda/ in it)")
         also[name] = pathlib.Path(folder).resolve()
+    env_sides: dict[str, dict[str, str]] = {}
+    for spec in args.env:
+        try:
+            name, variables = parse_env_side(spec, [*also, *env_sides])
+        except ValueError as error:
+            parser.error(f"--env {spec}: {error}")
+        env_sides[name] = variables
     base_csrc = args.base_csrc.resolve() if args.base_csrc else None
     if base_csrc is not None and not (base_csrc / "cuda").is_dir():
         parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
@@ -261,13 +302,19 @@ def main(argv: list[str] | None = None) -> None:
     out = pathlib.Path(args.out).resolve() if args.out else work / "results"
     out.mkdir(parents=True, exist_ok=True)
 
-    trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work, base_csrc)}
-    trees.update({name: copy_with_base_kernels(None, work, folder, side=name) for name, folder in also.items()})
-    others = "".join(f" and {folder}" for folder in also.values())
-    print(f"building this tree, {args.base or base_csrc}'s csrc{others} (logs in {out}) ...", flush=True)
+    if args.base is None and base_csrc is None:
+        trees = {"base": REPO}
+        print(f"building this tree (log in {out}) ...", flush=True)
+    else:
+        trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work, base_csrc)}
+        trees.update({name: copy_with_base_kernels(None, work, folder, side=name) for name, folder in also.items()})
+        others = "".join(f" and {folder}" for folder in also.values())
+        print(f"building this tree, {args.base or base_csrc}'s csrc{others} (logs in {out}) ...", flush=True)
     build_both(trees, out)
+    trees.update({name: REPO for name in env_sides})  # each runs the build of this tree made above
     summarize_runs = summarize_decode if args.bench == "decode" else summarize
-    runs = run_rounds(trees, args.rounds, lambda tree, name: run_bench(tree, bench_args, out / name, args.bench),
+    side_env = lambda name: env_sides.get(name.rstrip("0123456789"))  # noqa: E731
+    runs = run_rounds(trees, args.rounds, lambda tree, name: run_bench(tree, bench_args, out / name, args.bench, side_env(name)),
                       lambda done: (out / "ab_summary.md").write_text(summarize_runs(done)),
                       out, time_budget=args.time_budget, started=started)
     print(summarize_runs(runs))

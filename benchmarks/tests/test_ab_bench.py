@@ -238,3 +238,70 @@ def test_decode_summary_lists_the_w4a4_layers_beside_the_linears_stack(tmp_path)
     lines = ab_bench.summarize_decode(runs).splitlines()
     start = lines.index("Llama-3.1-8B stack, FP4 tokens/s:")
     assert lines[start + 4:] == ["| nvfp4 | fp4 | 1 | 400 | 390 | 1.026x |", "| nvfp4 | fp4, layers | 1 | 250 | 200 | 1.250x |"]
+
+
+@pytest.mark.parametrize("spec", ["base=FOO=1", "new=FOO=1", "alt2=FOO=1", "=FOO=1", "alt=FOO", "alt=1FOO=2", "alt=FOO=1,BAR"])
+def test_env_rejects_bad_sides(tmp_path, spec):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--env", spec, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+
+
+def test_env_and_also_sides_must_not_share_a_name(tmp_path):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base", "HEAD", "--also", f"alt={REPO / 'csrc'}", "--env", "alt=FOO=1",
+                       "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+
+
+def test_an_ab_needs_a_base_or_an_env_side(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+    assert "--env" in capsys.readouterr().err
+
+
+def test_also_needs_a_base_revision(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--env", "carve=FOO=1", "--also", f"alt={REPO / 'csrc'}",
+                       "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+    assert "--also needs" in capsys.readouterr().err
+
+
+def test_env_sides_run_this_trees_one_build_with_their_variables(tmp_path, monkeypatch):
+    built, ran = [], []
+    monkeypatch.setattr(ab_bench, "build_both", lambda trees, out: built.append(dict(trees)))
+
+    def fake_run(tree, bench_args, run_dir, bench="suite", extra_env=None):
+        ran.append((tree, run_dir.name, extra_env, bench_args))
+        write_decode_run(run_dir, [(4096, 4096, "nvfp4", "bfloat16", 1, 7.0 if extra_env else 7.7)])
+
+    monkeypatch.setattr(ab_bench, "run_bench", fake_run)
+    out = tmp_path / "out"
+    ab_bench.main(["--env", "carve=FP4OPS_EXP_CARVEOUT=100", "--env", "pad=FP4OPS_EXP_SMEM_PAD=16384,OTHER=a=b",
+                   "--bench", "decode", "--rounds", "2", "--out", str(out), "--work", str(tmp_path / "w"), "--", "--rows", "1"])
+    assert built == [{"base": REPO}]
+    carve, pad = {"FP4OPS_EXP_CARVEOUT": "100"}, {"FP4OPS_EXP_SMEM_PAD": "16384", "OTHER": "a=b"}
+    assert ran == [(REPO, name, env, ["--rows", "1"]) for name, env in
+                   [("base1", None), ("carve1", carve), ("pad1", pad), ("base2", None), ("carve2", carve), ("pad2", pad)]]
+    lines = (out / "ab_summary.md").read_text().splitlines()
+    assert lines[0].endswith("| carve / base | pad / base |")
+    assert lines[2].endswith(f"| {7.7 / 7.0:.3f}x | {7.7 / 7.0:.3f}x |")
+
+
+def test_env_sides_beside_a_base_revision_run_the_new_build(tmp_path, monkeypatch):
+    built, ran = [], []
+    monkeypatch.setattr(ab_bench, "copy_with_base_kernels", lambda base, work, base_csrc=None, side="base": tmp_path / side)
+    monkeypatch.setattr(ab_bench, "build_both", lambda trees, out: built.append(dict(trees)))
+    monkeypatch.setattr(ab_bench, "run_bench",
+                        lambda tree, args, run_dir, bench="suite", extra_env=None: (ran.append((tree, run_dir.name, extra_env)),
+                                                                                    write_decode_run(run_dir, [])))
+    ab_bench.main(["--base", "HEAD", "--env", "carve=X=1", "--bench", "decode", "--rounds", "1",
+                   "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
+    assert built == [{"new": REPO, "base": tmp_path / "base"}]
+    assert ran == [(REPO, "new1", None), (tmp_path / "base", "base1", None), (REPO, "carve1", {"X": "1"})]
+
+
+def test_run_bench_adds_the_sides_variables_to_its_environment(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(ab_bench.subprocess, "run", lambda command, cwd, env, stdout, stderr, check: seen.update(env))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    ab_bench.run_bench(tmp_path, [], tmp_path / "run", "decode", {"FP4OPS_EXP_CARVEOUT": "100"})
+    assert seen["FP4OPS_EXP_CARVEOUT"] == "100" and seen["PYTHONPATH"] == str(tmp_path / "python")
