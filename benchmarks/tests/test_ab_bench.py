@@ -290,9 +290,12 @@ def test_env_sides_beside_a_base_revision_run_the_new_build(tmp_path, monkeypatc
     built, ran = [], []
     monkeypatch.setattr(ab_bench, "copy_with_base_kernels", lambda base, work, base_csrc=None, side="base": tmp_path / side)
     monkeypatch.setattr(ab_bench, "build_both", lambda trees, out: built.append(dict(trees)))
-    monkeypatch.setattr(ab_bench, "run_bench",
-                        lambda tree, args, run_dir, bench="suite", extra_env=None: (ran.append((tree, run_dir.name, extra_env)),
-                                                                                    write_decode_run(run_dir, [])))
+
+    def fake_run(tree, bench_args, run_dir, bench="suite", extra_env=None):
+        ran.append((tree, run_dir.name, extra_env))
+        write_decode_run(run_dir, [])
+
+    monkeypatch.setattr(ab_bench, "run_bench", fake_run)
     ab_bench.main(["--base", "HEAD", "--env", "carve=X=1", "--bench", "decode", "--rounds", "1",
                    "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")])
     assert built == [{"new": REPO, "base": tmp_path / "base"}]
