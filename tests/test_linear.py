@@ -284,6 +284,21 @@ def test_more_k_ranges_than_one_batch_of_loads(n, k, fmt):
 
 @requires_cuda
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("n", "k"), [(40, 2048), (2048, 4608)])
+def test_scale_windows_from_inside_a_window(n, k, fmt):
+    """The kernels copy a weight row's block scales 32 bytes at a time where its scale row is a
+    multiple of 32 bytes, one window of 4 (NVFP4) or 8 (MXFP4) steps, else a step at a time
+    (linear_mma.cuh, LinearScaleRing). 40 x 2048 has 4 K ranges, from steps 0, 4, 8 and 12: MXFP4's
+    64-byte scale rows start two of them inside a window. 2048 x 4608 has 4, from steps 0, 9, 18
+    and 27: NVFP4's 288-byte rows start three inside a window; MXFP4's 144 bytes take the step
+    copies. Each row bitwise its one-row call through the one-tile, two-tile and warpgroup kernels,
+    within SPEC 5's bound at 64 rows."""
+    assert linear_splits(n, k) == 4
+    assert_rows_are_single_calls_within_bound(fmt, n, k, (2, 5, 9, 16, 33, 64), 64)
+
+
+@requires_cuda
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("features_per_thread", [1, 4])
 def test_bias_of_outputs_past_the_reduction_grid(fmt, features_per_thread):
     """The reductions read their first output's bias before their dependency wait and later

@@ -152,10 +152,10 @@ LinearRowBounds linear_row_bounds(int64_t n, int splits, int range_steps, int de
 
 // Resident x (LinearLayout::kXResident) where a CTA's row chunk of dense x has at most 32 rows and
 // their K range (with the zeroed row that the column tiles' rows past M read) fits kResidentXBytes:
-// next to a ring of 36 KB for 8 warps, two CTAs still fit an SM (228 KB, 1 KB of it reserved per
-// CTA). Both kernels add the same products in the same order, so the choice, made from M, does not
-// change any row's result.
-constexpr size_t kResidentXBytes = 76 * 1024;
+// next to the rings of 8 warps (32 KB of codes, 8 KB of scales), two CTAs still fit an SM (228 KB,
+// 1 KB of it reserved per CTA). Both kernels add the same products in the same order, so the
+// choice, made from M, does not change any row's result.
+constexpr size_t kResidentXBytes = 72 * 1024;
 // Whether `rows` rows of 16-bit x over a K range of `range_steps` steps fit kResidentXBytes.
 bool resident_x_fits(int64_t rows, int range_steps) {
   return static_cast<size_t>(rows) * range_steps * kLinearStepElems * 2 <= kResidentXBytes;
@@ -483,9 +483,12 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   args.out_type = out_type(out_dtype);
   args.prefetch_steps = linear_prefetch_steps(n, splits);
   args.range_steps = range_steps;
+  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
+  // Scale rows a multiple of the scale windows' 32 bytes (ws itself is 16-byte aligned:
+  // aligned_contiguous), so that every window lies within its row.
+  args.w_scale_windows = ws.size(1) % 32 == 0;
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
   const int tiles = linear_column_tiles(m, n, splits, args.range_steps, max_tiles);
   const auto with_format = [&](auto format_tag) {
     using Format = typename decltype(format_tag)::type;

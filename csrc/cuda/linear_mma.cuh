@@ -12,9 +12,10 @@
 // row of x goes through the same operations whichever column it lands in, and the summation
 // order (the K ranges, k ascending within one, ranges in order) depends on N and K only.
 //
-// Per pipeline step (128 elements of K) each warp streams its 16 rows of codes and scales, and
-// the CTA the step's slice of x, through a ring of kLinearStages stages (cp.async; one commit
-// group per step; a CTA barrier per step, since the warps share x). With at most 32 rows of dense
+// Per pipeline step (128 elements of K) each warp streams its 16 rows of codes, and the CTA the
+// step's slice of x, through a ring of kLinearStages stages (cp.async; one commit group per step; a
+// CTA barrier per step, since the warps share x); the warp's block scales go through a ring of
+// their own, in the same commit groups (LinearScaleRing). With at most 32 rows of dense
 // x whose K range fits (resident x, linear.cu), the CTA instead stages its whole range of x once,
 // and each warp's ring holds only its own rows: no CTA barrier per step, no x copies per step.
 // Both read the same B values in the same order, so they give the same bits. Codes reach the lanes through
@@ -74,6 +75,7 @@ struct LinearArgs {
   int prefetch_steps;       // steps of each warp's weight range brought to L2 before the grid dependency wait
   int range_steps;          // the longest K range, in steps (resident x: its rows' stride, 256 bytes a step)
   int live_tokens;          // resident x in one row chunk: rows of x staged (M)
+  bool w_scale_windows;     // W's scale rows are a multiple of 32 bytes (LinearScaleRing's windows)
 };
 
 // The power of two NVFP4 prescaling leaves on the decoded operands: the decoder's (values x
@@ -195,9 +197,36 @@ __device__ __forceinline__ uint32_t mxfp4_codes_outside(uint32_t codes) {
   }
 }
 
+// Each warp's block scales, outside the stage ring: per weight row a ring of kRingBytes (8 NVFP4
+// or 16 MXFP4 steps), rows kRingBytes apart, step s of row r at ((s % kRingSteps) * kStepBytes) ^
+// swizzle(r) in it: the XOR moves the 16-byte chunks of rows 2i and 2i + 1 by i, so that the 8
+// rows a step's read takes (rows g, then g + 8) lie in distinct banks, and keeps 16-byte copies
+// whole. Where W's scale rows are a multiple of 32 bytes (LinearArgs::w_scale_windows), the scales
+// arrive by windows: the 32 bytes of a row aligned in it (half a ring, kWindowSteps steps), one
+// 16-byte `.cg` copy a lane (row l % 16, half l / 16) as the window's first step is issued, into
+// the ring's halves in turn. Otherwise lanes 0-15 copy their row's step (cp_async_small) every
+// step. Why: small copies go through L1, and a row's 32-byte sector is read again only 4 (NVFP4) or
+// 8 (MXFP4) steps later, by which time its 128-byte line (one per row, 128 a CTA) may have been
+// evicted where its SM's CTAs take most of the shared memory; each miss is another trip to L2. A
+// window takes the sector once, past L1.
+constexpr uint32_t kLinearScaleRowsBelow = 8 * 64;  // in a scale ring: from row r's step to row r + 8's (the same swizzle)
+template <class Format>
+struct LinearScaleRing {
+  static constexpr uint32_t kStepBytes = kLinearStepElems / Format::kBlock;  // 8 or 4
+  static constexpr uint32_t kWindowBytes = 32, kRingBytes = 2 * kWindowBytes;
+  static constexpr int kWindowSteps = kWindowBytes / kStepBytes, kRingSteps = kRingBytes / kStepBytes;
+  static constexpr uint32_t kWarpBytes = kLinearTileRows * kRingBytes;
+  static_assert(kLinearScaleRowsBelow == 8 * kRingBytes);
+  // Where step `step` sits in a row's ring before the swizzle.
+  static __device__ __forceinline__ uint32_t position(int64_t step) { return static_cast<uint32_t>(step) % kRingSteps * kStepBytes; }
+  // ... and the step after the one at `position`.
+  static __device__ __forceinline__ uint32_t next(uint32_t position) { return (position + kStepBytes) % kRingBytes; }
+  static __device__ __forceinline__ uint32_t swizzle(int row) { return (row >> 1 & 3) << 4; }
+};
+
 // Shared memory: kLinearStages stages, each [W codes: warp][16 rows][64 bytes] (16-byte units
-// XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [W scales: warp][16
-// rows][blocks of the step], [x: token][one step] (256 bytes, units swizzled by the token's parity).
+// XOR-swizzled by row, so each ldmatrix phase hits 8 distinct bank groups), [x: token][one step]
+// (256 bytes, units swizzled by the token's parity); then each warp's scale ring (LinearScaleRing).
 template <class FormatT, typename XT, int kNt, bool kResident = false, bool kRowChunks = false>
 struct LinearLayout {
   using Format = FormatT;
@@ -221,14 +250,13 @@ struct LinearLayout {
   // Resident x in more than one row chunk (gridDim.z > 1): each CTA stages its chunk's rows.
   static constexpr bool kResidentRowChunks = kRowChunks;
   static_assert(!kRowChunks || kResident, "row chunks of resident x");
-  static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;  // 8 or 4
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
-  static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
   static constexpr int kXRowBytes = kLinearStepElems * 2;
-  static constexpr size_t w_scales_offset(int warps) { return static_cast<size_t>(warps) * kWCodeBytes; }
-  static constexpr size_t x_offset(int warps) { return w_scales_offset(warps) + static_cast<size_t>(warps) * kWScaleBytes; }
+  using ScaleRing = LinearScaleRing<Format>;
+  static constexpr size_t x_offset(int warps) { return static_cast<size_t>(warps) * kWCodeBytes; }
   static constexpr size_t stage_bytes(int warps) { return x_offset(warps) + (kXResident ? 0 : kTokens * kXRowBytes); }
-  static constexpr size_t smem_bytes(int warps) { return kLinearStages * stage_bytes(warps); }
+  static constexpr size_t scale_ring_offset(int warps) { return kLinearStages * stage_bytes(warps); }
+  static constexpr size_t smem_bytes(int warps) { return scale_ring_offset(warps) + static_cast<size_t>(warps) * ScaleRing::kWarpBytes; }
   // Resident x, after the ring: `tokens` rows of `range_steps` steps of 256 bytes, then, where the
   // column tiles have rows past M, one zeroed row that their lanes read instead.
   static constexpr size_t resident_x_bytes(int tokens, int range_steps) {
@@ -258,19 +286,25 @@ struct LinearThread {
   int64_t step_begin, step_end;  // this CTA's K range, in steps
 };
 
-// A lane's share of its warp's weight copies, step after step: two 16-byte units of codes and, on
-// lanes 0-15, one row's block scales of the step. Sources advance by a step's bytes; destinations
-// are fixed offsets within a stage: unit c of rows r and r + 8 (lane l: r = l / 4, c = l % 4), the
-// second 512 bytes after the first (the swizzle, w_unit_offset, is the same for both rows). Rows
-// past N read row N - 1 (never stored).
+// A lane's share of its warp's weight copies, step after step: two 16-byte units of codes into
+// the stage, at fixed offsets within it (unit c of rows r and r + 8, lane l: r = l / 4, c = l % 4;
+// the second 512 bytes after the first, the swizzle, w_unit_offset, being the same for both rows),
+// and block scales into the warp's scale ring (LinearScaleRing): with windows, the lane's half of
+// each window of row l % 16 as its first step is issued (and in the constructor the window holding
+// the range's first step, where that is not a window's first); without, lanes 0-15 their row's
+// step. Sources advance by what was copied. Rows past N read row N - 1 (never stored).
 template <class Layout>
 struct LinearWeightCopies {
+  using ScaleRing = typename Layout::ScaleRing;
   static constexpr uint32_t kSecondRowsOffset = 8 * 64;
   const uint8_t* codes[2];
-  const uint8_t* scales;
-  uint32_t codes_dst, scales_dst;
+  const uint8_t* scales;   // windows: the lane's half of the next window; else its row's next step
+  uint32_t codes_dst;
+  uint32_t scales_dst;     // the lane's row's ring
+  uint32_t scales_swizzle; // its row's swizzle, with windows XOR its half's 16 bytes (both in bits 4-5)
+  uint32_t position;       // the next step's place in the ring (ScaleRing::position)
 
-  __device__ __forceinline__ LinearWeightCopies(const LinearArgs& args, const LinearThread& th) {
+  __device__ __forceinline__ LinearWeightCopies(const LinearArgs& args, const LinearThread& th, uint32_t scale_ring) {
     using Format = typename Layout::Format;
     const int64_t k_bytes = args.k / 2, k_blocks = args.k / Format::kBlock;
     const int r = th.lane >> 2, c = th.lane & 3;
@@ -280,18 +314,40 @@ struct LinearWeightCopies {
       codes[h] = args.w_data + row * k_bytes + th.step_begin * 64 + c * 16;
     }
     codes_dst = kept_in_register(th.warp * Layout::kWCodeBytes + w_unit_offset(r, c));
-    const int scale_r = th.lane % kLinearTileRows;
+    const int scale_r = th.lane % kLinearTileRows, half = th.lane / kLinearTileRows;
     const int64_t row = th.row0 + scale_r < args.n ? th.row0 + scale_r : args.n - 1;
-    scales = args.w_scales + row * k_blocks + th.step_begin * Layout::kBlocksPerStep;
-    scales_dst = kept_in_register(static_cast<uint32_t>(Layout::w_scales_offset(th.warps)) + th.warp * Layout::kWScaleBytes +
-                                  scale_r * Layout::kBlocksPerStep);
+    scales_dst = kept_in_register(scale_ring + scale_r * ScaleRing::kRingBytes);
+    scales_swizzle = kept_in_register(ScaleRing::swizzle(scale_r) ^ (args.w_scale_windows ? half * 16 : 0));
+    position = ScaleRing::position(th.step_begin);
+    if (args.w_scale_windows) {
+      const int64_t window = th.step_begin * ScaleRing::kStepBytes / ScaleRing::kWindowBytes * ScaleRing::kWindowBytes;
+      scales = args.w_scales + row * k_blocks + window + half * 16;
+      if (position % ScaleRing::kWindowBytes != 0 && th.step_begin < th.step_end) issue_window();
+    } else {
+      scales = args.w_scales + row * k_blocks + th.step_begin * ScaleRing::kStepBytes;
+    }
   }
-  // Copies the next step into the stage at `stage` (shared address).
-  __device__ __forceinline__ void issue_next(const LinearThread& th, uint32_t stage) {
+  // The lane's half of the window holding the step at `position`, into its ring (the rows being a
+  // multiple of the window, every window lies within its row). A plain `.cg` copy, without the L2
+  // prefetch of 128 bytes that the codes' copies ask for: around a 32-byte window those are other
+  // windows' scales, often another K range's, fetched ahead of their use, which slowed the
+  // one-row calls of the shorter ranges (docs/performance.md).
+  __device__ __forceinline__ void issue_window() {
+    cp_async_16_or_zeros(scales_dst + ((position & ~(ScaleRing::kWindowBytes - 1)) ^ scales_swizzle), scales, true);
+    scales += ScaleRing::kWindowBytes;
+  }
+  // Copies the next step: codes into the stage at `stage` (shared address), scales into the ring.
+  __device__ __forceinline__ void issue_next(const LinearArgs& args, const LinearThread& th, uint32_t stage) {
     cp_async_16_streaming(stage + codes_dst, codes[0]);
     cp_async_16_streaming(stage + codes_dst + kSecondRowsOffset, codes[1]);
-    if (th.lane < kLinearTileRows) cp_async_small<Layout::kBlocksPerStep>(stage + scales_dst, scales);
-    codes[0] += 64, codes[1] += 64, scales += Layout::kBlocksPerStep;
+    codes[0] += 64, codes[1] += 64;
+    if (args.w_scale_windows) {
+      if (position % ScaleRing::kWindowBytes == 0) issue_window();
+    } else {
+      if (th.lane < kLinearTileRows) cp_async_small<ScaleRing::kStepBytes>(scales_dst + (position ^ scales_swizzle), scales);
+      scales += ScaleRing::kStepBytes;
+    }
+    position = ScaleRing::next(position);
   }
 };
 
@@ -512,12 +568,12 @@ __device__ __forceinline__ uint32_t lane_block_codes(uint2 codes, uint32_t selec
 
 // NVFP4, one step of a warp's weight: per unit u and row half h (rows g, g + 8), the factor (block
 // scale x 2^kFactorExponent, LinearScaling) of the lane's block in half u % 2 of factors[u][h],
-// from the step's scales of row g at scales_g (row g + 8's 8 codes 64 bytes after).
+// from the step's scales of row g at scales_g (row g + 8's 8 codes kLinearScaleRowsBelow after).
 template <class Scaling>
 __device__ __forceinline__ void nvfp4_lane_factors(uint32_t scales_g, uint32_t nvfp4_selector, uint32_t (&factors)[4][2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t codes = lane_block_codes(lds_64(scales_g + 64 * h), nvfp4_selector);
+    const uint32_t codes = lane_block_codes(lds_64(scales_g + kLinearScaleRowsBelow * h), nvfp4_selector);
     factors[0][h] = factors[1][h] = Scaling::factor_pair(codes & 0xFFFFu);
     factors[2][h] = factors[3][h] = Scaling::factor_pair(codes >> 16);
   }
@@ -532,16 +588,17 @@ __device__ __forceinline__ uint32_t replicate_byte_signs(uint32_t x) {
 }
 
 // MXFP4, one step of a warp's weight: per unit u and row half h, the factor of the lane's block
-// (Mxfp4Prescaling<MmaT>, in both halves, so in half u % 2 as nvfp4_lane_factors gives it), from the step's 4 codes of row g at scales_g (row g + 8's
-// 32 bytes after). A block whose code is outside the window gets the factor 0, so that its MMAs add
-// zero products, and linear_mxfp4_outside_pass adds it; every other block keeps its factor, so a
-// row's sums never depend on another row's codes. The factors do not wait for the warp's vote,
-// which only reports whether any code of the step is outside (the same answer in every lane).
+// (Mxfp4Prescaling<MmaT>, in both halves, so in half u % 2 as nvfp4_lane_factors gives it), from
+// the step's 4 codes of row g at scales_g (row g + 8's kLinearScaleRowsBelow after). A block whose
+// code is outside the window gets the factor 0, so that its MMAs add zero products, and
+// linear_mxfp4_outside_pass adds it; every other block keeps its factor, so a row's sums never
+// depend on another row's codes. The factors do not wait for the warp's vote, which only reports
+// whether any code of the step is outside (the same answer in every lane).
 template <typename MmaT>
 __device__ __forceinline__ bool mxfp4_lane_factors(uint32_t scales_g, uint32_t (&factors)[4][2]) {
   using P = Mxfp4Prescaling<MmaT>;
   constexpr uint32_t kOnes = 0x01010101u;
-  const uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + 8 * 4)};
+  const uint32_t codes[2] = {lds_u32(scales_g), lds_u32(scales_g + kLinearScaleRowsBelow)};
   const uint32_t outside[2] = {mxfp4_codes_outside<P>(codes[0]), mxfp4_codes_outside<P>(codes[1])};
   const bool any_outside = __any_sync(0xFFFFFFFFu, (outside[0] | outside[1]) != 0);
 #pragma unroll
@@ -565,21 +622,28 @@ __device__ __forceinline__ bool mxfp4_lane_factors(uint32_t scales_g, uint32_t (
   return any_outside;
 }
 
-// A lane's fixed offsets into a stage (kept in registers: the steps only add the stage's address):
-// the ldmatrix rows of its warp's units 0-1 and 2-3 (lane l addresses row (l / 8 % 2) * 8 + l % 8
-// of unit u0 + l / 16, for u0 = 0 and 2), its warp's block scales of row g, and the selector of its
+// A lane's fixed offsets (kept in registers): into a stage (the steps add the stage's address), the
+// ldmatrix rows of its warp's units 0-1 and 2-3 (lane l addresses row (l / 8 % 2) * 8 + l % 8 of
+// unit u0 + l / 16, for u0 = 0 and 2); into shared memory, row g of its warp's scale ring, and that
+// row's swizzle (the steps add their place XOR it: linear_step_scales); and the selector of its
 // NVFP4 block scales (lane_block_codes).
 struct LinearLaneOffsets {
-  uint32_t ldm0, ldm1, scales_g, nvfp4_selector;
+  uint32_t ldm0, ldm1, scales_g, scales_swizzle, nvfp4_selector;
 };
 template <class Layout>
 __device__ __forceinline__ LinearLaneOffsets linear_lane_offsets(const LinearThread& th) {
   const int ldm_row = (th.lane >> 3 & 1) * 8 + (th.lane & 7), ldm_unit = th.lane >> 4;
   const uint32_t codes = th.warp * Layout::kWCodeBytes, half = th.t / 2;
   return {kept_in_register(codes + w_unit_offset(ldm_row, ldm_unit)), kept_in_register(codes + w_unit_offset(ldm_row, 2 + ldm_unit)),
-          kept_in_register(static_cast<uint32_t>(Layout::w_scales_offset(th.warps)) + th.warp * Layout::kWScaleBytes +
-                           th.g * Layout::kBlocksPerStep),
-          half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12};
+          kept_in_register(static_cast<uint32_t>(Layout::scale_ring_offset(th.warps)) + th.warp * Layout::ScaleRing::kWarpBytes +
+                           th.g * Layout::ScaleRing::kRingBytes),
+          kept_in_register(Layout::ScaleRing::swizzle(th.g)), half | (2 + half) << 4 | (4 + half) << 8 | (6 + half) << 12};
+}
+// The shared address of the step's scales of row g, the step at `position` in the scale ring
+// (`ring`: the shared memory's address).
+template <class Layout>
+__device__ __forceinline__ uint32_t linear_step_scales(uint32_t ring, const LinearLaneOffsets& lane, uint32_t position) {
+  return ring + lane.scales_g + (position ^ lane.scales_swizzle);
 }
 
 template <class Layout>
@@ -599,12 +663,12 @@ __device__ __forceinline__ bool prescaled_lane_factors(uint32_t scales_g, const 
   }
 }
 
-// One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane) against
-// every column tile of x. Dense x: the lane's chunk 4u + t of row 8j + g of this step at x_step +
+// One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane; the step's
+// scales of row g at scales_g, a shared address) against every column tile of x. Dense x: the lane's chunk 4u + t of row 8j + g of this step at x_step +
 // x_lane[j][u % 2] + 64u (in the stage, or in resident x; x_lane_offsets). Returns whether the
 // step had a block outside MXFP4's prescaling window (mxfp4_lane_factors).
 template <class Layout>
-__device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t x_step,
+__device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t scales_g, uint32_t x_step,
                                                     const uint32_t (&x_lane)[Layout::kTokens / 8][2],
                                                     const LinearLaneOffsets& lane, LinearAccumulators<Layout>& acc) {
   using MmaT = typename Layout::MmaT;
@@ -613,7 +677,6 @@ __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint
   const uint4 units01 = ldmatrix_x4(stage + lane.ldm0), units23 = ldmatrix_x4(stage + lane.ldm1);
   // words[u][h]: unit u of row g (h = 0) or g + 8 (h = 1).
   const uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
-  const uint32_t scales_g = stage + lane.scales_g;
 
   uint32_t factors[4][2];
   const bool outside = prescaled_lane_factors<Layout>(scales_g, lane, factors);
@@ -831,12 +894,13 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
   const size_t x_res_offset = Layout::smem_bytes(th.warps);
   if constexpr (Layout::kXResident) linear_copy_resident_x<Layout>(args, th, ring + static_cast<uint32_t>(x_res_offset), count);
   const uint32_t stage_bytes = static_cast<uint32_t>(Layout::stage_bytes(th.warps)), ring_end = ring + kLinearStages * stage_bytes;
-  LinearWeightCopies<Layout> weight(args, th);
+  const uint32_t scale_ring = ring + static_cast<uint32_t>(Layout::scale_ring_offset(th.warps)) + th.warp * Layout::ScaleRing::kWarpBytes;
+  LinearWeightCopies<Layout> weight(args, th, scale_ring);
   [[maybe_unused]] LinearDenseXCopies<Layout> x_copies(args, th);  // the per-step kernel's dense x, <= 4 tiles
   uint32_t issue_stage = ring;  // the stage of step i + kLinearStages - 1 when step i is computed
   const auto issue = [&](int i) {
     if (i < count) {
-      weight.issue_next(th, issue_stage);
+      weight.issue_next(args, th, issue_stage);
       if constexpr (!Layout::kXResident && kNt == 8) {
         linear_issue_dense_x<Layout>(args, th, th.step_begin + i, issue_stage);
       } else if constexpr (!Layout::kXResident) {
@@ -885,6 +949,7 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
 
   uint32_t stage = ring;
   uint32_t x_resident_step = ring + static_cast<uint32_t>(x_res_offset);  // resident x: step i of every row
+  uint32_t scales_position = Layout::ScaleRing::position(th.step_begin);  // step i's in the scale ring
   bool outside_seen = false;  // a step outside MXFP4's prescaling window (warp-uniform)
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kLinearStages - 2>();  // this thread's copies of step i have landed ...
@@ -895,12 +960,15 @@ __device__ __forceinline__ void linear_mma_cta(const LinearArgs& args, const Lin
     }
     issue(i + kLinearStages - 1);
     if constexpr (Layout::kXResident) {
-      outside_seen |= linear_compute_step<Layout>(th, stage, x_resident_step, x_lane, lane, acc);
+      outside_seen |= linear_compute_step<Layout>(th, stage, linear_step_scales<Layout>(ring, lane, scales_position), x_resident_step, x_lane,
+                                                  lane, acc);
       x_resident_step += 256;
     } else {
-      outside_seen |= linear_compute_step<Layout>(th, stage, stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, lane, acc);
+      outside_seen |= linear_compute_step<Layout>(th, stage, linear_step_scales<Layout>(ring, lane, scales_position),
+                                                  stage + static_cast<uint32_t>(Layout::x_offset(th.warps)), x_lane, lane, acc);
     }
     stage = stage + stage_bytes == ring_end ? ring : stage + stage_bytes;
+    scales_position = Layout::ScaleRing::next(scales_position);
   }
   cp_async_wait<0>();
   if constexpr (!Layout::kNvfp4) {
@@ -936,8 +1004,8 @@ __device__ __forceinline__ int linear_kernel_begin(const LinearArgs& args, Linea
     if (th.lane < kLinearTileRows) {
       if (ahead > 0) prefetch_l2_bulk(args.w_data + row * (args.k / 2) + th.step_begin * 64, static_cast<uint32_t>(ahead * 64));
     } else {
-      const uint8_t* scales = args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::kBlocksPerStep;
-      for (int64_t b = 0; b < ahead * Layout::kBlocksPerStep; b += 32) prefetch_l2(scales + b);
+      const uint8_t* scales = args.w_scales + row * (args.k / Format::kBlock) + th.step_begin * Layout::ScaleRing::kStepBytes;
+      for (int64_t b = 0; b < ahead * Layout::ScaleRing::kStepBytes; b += 32) prefetch_l2(scales + b);
     }
   }
 #endif

@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(256) linear_decode_x_image_kernel(const uint32
 }
 
 // Shared memory of a wgmma kernel: kLinearStages ring stages, each [W codes: warp][16 rows][64
-// bytes] and [W scales: warp][16 rows][blocks of the step] as in LinearLayout, then (x staged per step) the step's x
-// at a 1024-byte boundary (swizzle atoms); stages a multiple of 1024 bytes. Resident x (the CTA's
-// whole K range, step after step) follows the ring; then the mbarriers of the x copies, one per
+// bytes] as in LinearLayout, then (x staged per step) the step's x at a 1024-byte boundary (swizzle
+// atoms); stages a multiple of 1024 bytes. Then each warp's scale ring (LinearScaleRing, 1 KB),
+// resident x (the CTA's whole K range, step after step), and the mbarriers of the x copies, one per
 // stage (or one for resident x).
 template <class FormatT, typename XT, int kNt, bool kResident>
 struct LinearWgmmaLayout {
@@ -110,18 +110,19 @@ struct LinearWgmmaLayout {
   static constexpr int kWCarriedExponent = kNvfp4 ? LinearScaling<MmaT>::kExponent : Mxfp4Prescaling<MmaT>::kCarriedExponent;
   static constexpr bool kXResident = kResident;
   static constexpr int kTokens = 8 * kNt;
-  static constexpr int kBlocksPerStep = kLinearStepElems / Format::kBlock;
   static constexpr int kWCodeBytes = kLinearTileRows * kLinearStepElems / 2;
-  static constexpr int kWScaleBytes = kLinearTileRows * kBlocksPerStep;
+  using ScaleRing = LinearScaleRing<Format>;
+  static_assert(ScaleRing::kWarpBytes % 1024 == 0, "resident x after the scale rings stays at a 1024-byte boundary");
   static constexpr uint32_t kXStepBytes = kTokens * kLinearStepElems * 2;
   static constexpr int kBarriers = kResident ? 1 : kLinearStages;
   static constexpr uint32_t align(uint32_t bytes) { return (bytes + 1023) / 1024 * 1024; }
-  static constexpr uint32_t w_scales_offset(int warps) { return static_cast<uint32_t>(warps) * kWCodeBytes; }
-  static constexpr uint32_t x_offset(int warps) { return align(w_scales_offset(warps) + warps * kWScaleBytes); }
+  static constexpr uint32_t x_offset(int warps) { return align(static_cast<uint32_t>(warps) * kWCodeBytes); }
   static constexpr uint32_t stage_bytes(int warps) { return x_offset(warps) + (kResident ? 0 : kXStepBytes); }
   static constexpr uint32_t ring_bytes(int warps) { return kLinearStages * stage_bytes(warps); }
+  static constexpr uint32_t scale_ring_offset(int warps) { return ring_bytes(warps); }
+  static constexpr uint32_t resident_x_offset(int warps) { return scale_ring_offset(warps) + warps * ScaleRing::kWarpBytes; }
   static constexpr uint32_t resident_x_bytes(int range_steps) { return kResident ? range_steps * kXStepBytes : 0; }
-  static constexpr uint32_t barriers_offset(int warps, int range_steps) { return ring_bytes(warps) + resident_x_bytes(range_steps); }
+  static constexpr uint32_t barriers_offset(int warps, int range_steps) { return resident_x_offset(warps) + resident_x_bytes(range_steps); }
   static constexpr size_t smem_bytes(int warps, int range_steps) { return barriers_offset(warps, range_steps) + 8 * kBarriers; }
 };
 
@@ -139,7 +140,7 @@ struct LinearWgmmaLayout {
 // the step had a block outside MXFP4's prescaling window (mxfp4_lane_factors: that block's fragments
 // are zeros).
 template <class Layout>
-__device__ __forceinline__ bool linear_wgmma_step(uint32_t stage, uint32_t x_step, const LinearLaneOffsets& lane,
+__device__ __forceinline__ bool linear_wgmma_step(uint32_t stage, uint32_t scales_g, uint32_t x_step, const LinearLaneOffsets& lane,
                                                   LinearAccumulators<Layout>& acc, uint32_t (&a)[4][2][4]) {
   bool outside = false;
 #if defined(FP4OPS_HW_WGMMA)
@@ -148,7 +149,7 @@ __device__ __forceinline__ bool linear_wgmma_step(uint32_t stage, uint32_t x_ste
   const uint4 units01 = ldmatrix_x4(stage + lane.ldm0), units23 = ldmatrix_x4(stage + lane.ldm1);
   uint32_t words[4][2] = {{units01.x, units01.y}, {units01.z, units01.w}, {units23.x, units23.y}, {units23.z, units23.w}};
   uint32_t factors[4][2];
-  outside = prescaled_lane_factors<Layout>(stage + lane.scales_g, lane, factors);
+  outside = prescaled_lane_factors<Layout>(scales_g, lane, factors);
   const uint64_t x_descriptor = wgmma_swizzled_descriptor(x_step, 1024);
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
@@ -182,7 +183,7 @@ template <class Layout>
 __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const LinearThread& th, int count, uint8_t* smem) {
 #if defined(FP4OPS_HW_WGMMA)
   const uint32_t ring = shared_address(smem), stage_bytes = Layout::stage_bytes(th.warps);
-  const uint32_t ring_end = ring + Layout::ring_bytes(th.warps), x_resident = ring_end;
+  const uint32_t ring_end = ring + Layout::ring_bytes(th.warps), x_resident = ring + Layout::resident_x_offset(th.warps);
   const uint32_t barriers = ring + Layout::barriers_offset(th.warps, args.range_steps);
   const uint8_t* x_image =
       static_cast<const uint8_t*>(args.x) + (static_cast<int64_t>(blockIdx.z) * args.steps + th.step_begin) * Layout::kXStepBytes;
@@ -199,10 +200,10 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
 
   const auto next_stage = [&](uint32_t stage) { return stage + stage_bytes == ring_end ? ring : stage + stage_bytes; };
   constexpr int kWeightAhead = kLinearStages - 1, kXAhead = kLinearStages - 2;
-  LinearWeightCopies<Layout> weight(args, th);
+  LinearWeightCopies<Layout> weight(args, th, ring + Layout::scale_ring_offset(th.warps) + th.warp * Layout::ScaleRing::kWarpBytes);
   uint32_t weight_stage = ring, x_stage = ring;  // the stages of steps i + kWeightAhead and i + kXAhead
   const auto issue_weight = [&](int i) {
-    if (i < count) weight.issue_next(th, weight_stage);
+    if (i < count) weight.issue_next(args, th, weight_stage);
     cp_async_commit();
     weight_stage = next_stage(weight_stage);
   };
@@ -231,21 +232,25 @@ __device__ __forceinline__ void linear_wgmma_cta(const LinearArgs& args, const L
   uint32_t fragments[4][2][4];  // the MMAs' A operands, in flight across steps (linear_wgmma_step)
 
   uint32_t stage = ring;
+  uint32_t scales_position = Layout::ScaleRing::position(th.step_begin);  // step i's in the scale ring
   bool outside_seen = false;  // a step outside MXFP4's prescaling window (warp-uniform)
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kWeightAhead - 1>();  // this thread's weight copies of step i have landed ...
+    const uint32_t step_scales = linear_step_scales<Layout>(ring, lane, scales_position);
     if constexpr (Layout::kXResident) {
       __syncwarp();  // ... and the warp's (the ring holds only its own rows)
       issue_weight(i + kWeightAhead);
-      outside_seen |= linear_wgmma_step<Layout>(stage, x_resident + static_cast<uint32_t>(i) * Layout::kXStepBytes, lane, acc, fragments);
+      outside_seen |=
+          linear_wgmma_step<Layout>(stage, step_scales, x_resident + static_cast<uint32_t>(i) * Layout::kXStepBytes, lane, acc, fragments);
     } else {
       __syncthreads();  // ... and every thread's; every MMA of step i - 2 is done, so its x is free
       issue_weight(i + kWeightAhead);
       issue_x(i + kXAhead);
       mbarrier_wait(barriers + 8 * static_cast<uint32_t>(i % kLinearStages), static_cast<uint32_t>(i / kLinearStages) & 1);
-      outside_seen |= linear_wgmma_step<Layout>(stage, stage + Layout::x_offset(th.warps), lane, acc, fragments);
+      outside_seen |= linear_wgmma_step<Layout>(stage, step_scales, stage + Layout::x_offset(th.warps), lane, acc, fragments);
     }
     stage = next_stage(stage);
+    scales_position = Layout::ScaleRing::next(scales_position);
   }
   cp_async_wait<0>();
   wgmma_wait<0>();
