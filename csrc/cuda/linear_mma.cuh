@@ -664,9 +664,10 @@ __device__ __forceinline__ bool prescaled_lane_factors(uint32_t scales_g, const 
 }
 
 // One step of one warp: the weight's 4 units of 32 elements (rows g and g + 8 per lane; the step's
-// scales of row g at scales_g, a shared address) against every column tile of x. Dense x: the lane's chunk 4u + t of row 8j + g of this step at x_step +
-// x_lane[j][u % 2] + 64u (in the stage, or in resident x; x_lane_offsets). Returns whether the
-// step had a block outside MXFP4's prescaling window (mxfp4_lane_factors).
+// scales of row g at scales_g, a shared address) against every column tile of x. Dense x: the
+// lane's chunk 4u + t of row 8j + g of this step at x_step + x_lane[j][u % 2] + 64u (in the stage,
+// or in resident x; x_lane_offsets). Returns whether the step had a block outside MXFP4's
+// prescaling window (mxfp4_lane_factors).
 template <class Layout>
 __device__ __forceinline__ bool linear_compute_step(const LinearThread& th, uint32_t stage, uint32_t scales_g, uint32_t x_step,
                                                     const uint32_t (&x_lane)[Layout::kTokens / 8][2],
