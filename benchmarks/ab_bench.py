@@ -14,6 +14,8 @@ the kernels differ. From the repository root:
         (one build, this tree's, run as 'base' and once more per --env side with its environment
         variables set: the knobs of a temporary experiment patch; with --base as well, the env
         sides run the new build)
+    python benchmarks/ab_bench.py --plan ...    (checks the arguments and prints the sides, the
+        builds and each run's command, without building: before handing the A/B to a GPU machine)
 
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
@@ -246,6 +248,30 @@ def parse_env_side(spec: str, taken) -> tuple[str, dict[str, str]]:
     return name, variables
 
 
+def plan(base: str | None, base_csrc: pathlib.Path | None, also: dict[str, pathlib.Path], env_sides: dict[str, dict[str, str]],
+         rounds: int, bench: str, bench_args: list[str]) -> str:
+    """What an A/B with these (checked) arguments would build and run, in words (--plan)."""
+    if base is None and base_csrc is None:
+        sides = [("base", "this tree's build")]
+        builds = ["this tree"]
+    else:
+        kernels = f"`git archive {base} csrc`" if base is not None else str(base_csrc)
+        sides = [("new", "this tree's build"), ("base", f"this tree with {kernels}")]
+        sides += [(name, f"this tree with {folder}") for name, folder in also.items()]
+        builds = ["this tree", f"base ({kernels})", *(f"{name} ({folder})" for name, folder in also.items())]
+    built = [name for name, _ in sides]
+    sides += [(name, "this tree's build, with " + " ".join(f"{k}={v}" for k, v in variables.items()))
+              for name, variables in env_sides.items()]
+    command = " ".join([sys.executable, "-m", BENCH_MODULES[bench], *bench_args, "--out", "<out>/<side><round>", "--tag", "ab"])
+    lines = [f"builds ({len(builds)}, at once): " + "; ".join(builds),
+             "sides, in the order each round runs them:",
+             *(f"  {name}: {what}" for name, what in sides),
+             f"rounds: {rounds} ({rounds * len(sides)} runs); each run: {command}"]
+    if len(built) < len(sides):
+        lines.append("(the --env sides run the build of " + ("'new'" if "new" in built else "'base'") + ")")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -266,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="start no run that would likely end later than this many seconds after the start "
                              "(the longest run so far as the estimate); the summary covers the runs done")
+    parser.add_argument("--plan", action="store_true",
+                        help="check the arguments, print the sides, builds and run commands, and exit without building")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER,
                         help="after '--': arguments for the benchmark (`python -m benchmarks.suite` or decode_stream)")
     args = parser.parse_args(argv)
@@ -297,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     base_csrc = args.base_csrc.resolve() if args.base_csrc else None
     if base_csrc is not None and not (base_csrc / "cuda").is_dir():
         parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
+    if args.plan:
+        print(plan(args.base, base_csrc, also, env_sides, args.rounds, args.bench, bench_args))
+        return
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="fp4ops-ab-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out = pathlib.Path(args.out).resolve() if args.out else work / "results"

@@ -308,3 +308,31 @@ def test_run_bench_adds_the_sides_variables_to_its_environment(tmp_path, monkeyp
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     ab_bench.run_bench(tmp_path, [], tmp_path / "run", "decode", {"FP4OPS_EXP_CARVEOUT": "100"})
     assert seen["FP4OPS_EXP_CARVEOUT"] == "100" and seen["PYTHONPATH"] == str(tmp_path / "python")
+
+
+def test_plan_prints_the_sides_builds_and_runs_without_building(tmp_path, monkeypatch, capsys):
+    """--plan checks the arguments as a run would, then says what it would do and stops: nothing
+    copied, built or run, and no work folder made."""
+    monkeypatch.setattr(ab_bench, "copy_with_base_kernels", lambda *a, **k: pytest.fail("copied a tree"))
+    monkeypatch.setattr(ab_bench, "build_both", lambda *a, **k: pytest.fail("built"))
+    monkeypatch.setattr(ab_bench, "run_bench", lambda *a, **k: pytest.fail("ran"))
+    ab_bench.main(["--plan", "--base", "HEAD", "--also", f"staged={REPO / 'csrc'}", "--env", "carve=X=1,Y=2",
+                   "--bench", "decode", "--rounds", "3", "--work", str(tmp_path / "w"), "--", "--rows", "1", "8"])
+    text = capsys.readouterr().out
+    assert not (tmp_path / "w").exists()
+    assert "builds (3, at once): this tree; base (`git archive HEAD csrc`); staged (" in text
+    sides = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith("  ")]
+    assert sides == ["new", "base", "staged", "carve"]
+    assert "carve: this tree's build, with X=1 Y=2" in text
+    assert "rounds: 3 (12 runs); each run: " in text and "-m benchmarks.decode_stream --rows 1 8 --out" in text
+    assert "(the --env sides run the build of 'new')" in text
+
+
+def test_plan_rejects_what_a_run_would(tmp_path, capsys):
+    """The checks come before --plan's exit: a side name ending in a digit is refused there too."""
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--plan", "--base", "HEAD", "--also", f"v2={REPO / 'csrc'}", "--work", str(tmp_path / "w")])
+    assert "not ending in a digit" in capsys.readouterr().err
+    ab_bench.main(["--plan", "--env", "carve=X=1", "--bench", "decode"])
+    text = capsys.readouterr().out
+    assert "builds (1, at once): this tree" in text and "(the --env sides run the build of 'base')" in text
