@@ -484,9 +484,10 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
   args.prefetch_steps = linear_prefetch_steps(n, splits);
   args.range_steps = range_steps;
   const bool nvfp4 = w_scales.scalar_type() == at::kFloat8_e4m3fn;
-  // Scale rows a multiple of the scale windows' 32 bytes (ws itself is 16-byte aligned:
-  // aligned_contiguous), so that every window lies within its row.
-  args.w_scale_windows = ws.size(1) % 32 == 0;
+  // Scale rows a multiple of the scale windows (ws itself is 16-byte aligned: aligned_contiguous),
+  // so that every window lies within its row; the windows are 32 bytes in both formats.
+  args.w_scale_windows = ws.size(1) % LinearScaleRing<Nvfp4Format>::kWindowBytes == 0;
+  static_assert(LinearScaleRing<Nvfp4Format>::kWindowBytes == LinearScaleRing<Mxfp4Format>::kWindowBytes);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int tiles = linear_column_tiles(m, n, splits, args.range_steps, max_tiles);
