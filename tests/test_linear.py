@@ -84,7 +84,8 @@ def linear_splits(n: int, k: int) -> int:
     most = max(1, steps // 8)
     if tiles * most < 512:
         most = max(most, steps // 4)
-    splits = min(max(-(-4096 // tiles), 1), most)
+    wanted = max((2 * 2048 + tiles) // (2 * tiles), -(-steps // 28))
+    splits = min(max(wanted, 1), most, -(-4096 // tiles))
     return next((equal for equal in range(splits, most + 1) if steps % equal == 0), splits)
 
 
@@ -304,12 +305,13 @@ def test_bias_of_outputs_past_the_reduction_grid(fmt, features_per_thread):
     """The reductions read their first output's bias before their dependency wait and later
     outputs' in their loop, which runs only where a call has more outputs (one feature a thread:
     N odd) or quads of outputs (four: N % 4 == 0, past 16 rows) than the grid has threads
-    (grid_for: 16 CTAs of 256 an SM). 64 rows of an N x 2048 weight, N from the SM count so that
-    they do, with two K ranges: the biased call is the unbiased call plus the bias."""
+    (grid_for: 16 CTAs of 256 an SM). 64 rows of an N x 4096 weight, N from the SM count so that
+    they do, with at least two K ranges: the biased call is the unbiased call plus the bias."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid_threads, rows, k = 16 * 256 * sms, 64, 2048
-    # Outputs a quarter more than the threads (N odd), or quads a twentieth more (N % 4 == 0):
-    # with many more, N would reach the weights of one K range (linear_splits), and no reduction.
+    grid_threads, rows, k = 16 * 256 * sms, 64, 4096
+    # Outputs a quarter more than the threads (N odd), or quads a twentieth more (N % 4 == 0). So
+    # many weight rows take one K range where ranges of K / 128 steps may be long enough
+    # (linear_splits); K = 4096's 32 steps are past the longest, so there are two.
     n = (grid_threads * 5 // 4) // rows | 1 if features_per_thread == 1 else 4 * -(-(grid_threads * 21 // 20) // rows)
     assert rows * n // features_per_thread > grid_threads and linear_splits(n, k) >= 2
     w = weight(fmt, n, k, "cuda")

@@ -49,19 +49,24 @@ int linear_warps_per_cta_one_tile(int64_t tiles, int splits, int64_t row_chunks)
 
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
 // with it every row's result, does not depend on the number of rows (batch invariance) nor on the
-// GPU. Enough ranges that the weight's 16-row tiles give about kWarpsWanted warps (work for every SM
-// of a large GPU), each range at least kMinStepsPerRange steps of 128 elements (so each warp's ring
-// runs full for a while; fewer, longer ranges also mean fewer partial sums to add), or
-// kShortStepsPerRange where the longer ranges would give fewer than kMinWarps warps (small N). The
-// count is then raised to the next one that divides the steps, where one does within those bounds:
-// ranges of equal length. docs/performance.md, "Linear: dispatch and bounds", has the measurements.
+// GPU. Fewer, longer ranges run faster while the grid keeps enough warps: each warp fills its ring
+// and stages its x once per range, and there are fewer partial sums to add. So the count is the
+// one nearest to kWarpsWanted warps of the weight's 16-row tiles (work for every SM of a large
+// GPU), or more where ranges would exceed kLongestRange steps of 128 elements; but never more than
+// kMostWarps warps' worth, and each range at least kMinStepsPerRange steps (so each warp's ring runs
+// full for a while), or kShortStepsPerRange where the longer ranges would give fewer than kMinWarps
+// warps (small N). The count is then raised to the next one that divides the steps, where one does
+// within those bounds: ranges of equal length. docs/performance.md, "Linear: dispatch and bounds",
+// has the measurements.
 int linear_splits(int64_t n, int64_t steps) {
-  constexpr int64_t kWarpsWanted = 4096, kMinWarps = 512, kMinStepsPerRange = 8, kShortStepsPerRange = 4;
+  constexpr int64_t kWarpsWanted = 2048, kMostWarps = 4096, kMinWarps = 512;
+  constexpr int64_t kMinStepsPerRange = 8, kShortStepsPerRange = 4, kLongestRange = 28;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
-  const int64_t wanted = (kWarpsWanted + tiles - 1) / tiles;
+  const int64_t nearest = (2 * kWarpsWanted + tiles) / (2 * tiles);  // kWarpsWanted / tiles, rounded
+  const int64_t wanted = std::max(nearest, (steps + kLongestRange - 1) / kLongestRange);
   int64_t most = std::max<int64_t>(1, steps / kMinStepsPerRange);
   if (tiles * most < kMinWarps) most = std::max(most, steps / kShortStepsPerRange);
-  const int64_t splits = std::clamp<int64_t>(wanted, 1, most);
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, std::min(most, (kMostWarps + tiles - 1) / tiles));
   for (int64_t equal = splits; equal <= most; ++equal) {
     if (steps % equal == 0) return static_cast<int>(equal);
   }
