@@ -311,7 +311,7 @@ def test_bias_of_outputs_past_the_reduction_grid(fmt, features_per_thread):
     grid_threads, rows, k = 16 * 256 * sms, 64, 4096
     # Outputs a quarter more than the threads (N odd), or quads a twentieth more (N % 4 == 0). So
     # many weight rows take one K range where ranges of K / 128 steps may be long enough
-    # (linear_splits); K = 4096's 32 steps are past the longest, so there are two.
+    # (linear_splits); K = 4096's 32 steps are past the longest, so there are at least two.
     n = (grid_threads * 5 // 4) // rows | 1 if features_per_thread == 1 else 4 * -(-(grid_threads * 21 // 20) // rows)
     assert rows * n // features_per_thread > grid_threads and linear_splits(n, k) >= 2
     w = weight(fmt, n, k, "cuda")
