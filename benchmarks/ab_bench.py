@@ -4,7 +4,8 @@ the kernels differ. From the repository root:
 
     python benchmarks/ab_bench.py --base HEAD~1 --rounds 2 -- --families dequantize --sizes 26 28 \\
         --no-eager --no-compile --no-torchao
-    python benchmarks/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history)
+    python benchmarks/ab_bench.py --base-csrc /path/to/old/csrc ...   (where the tree has no git history,
+        or lacks the revision: `git archive REV csrc | tar -x -C DIR` where it has it)
     python benchmarks/ab_bench.py --base HEAD --also staged=/path/to/variant/csrc -- --families producers \
         --producer-shapes 8192,8192 16384,16384 --no-eager --no-compile --no-torchao   (a third side)
     python benchmarks/ab_bench.py --base HEAD~1 --bench decode -- --shapes 4096,4096 28672,8192 \
@@ -56,6 +57,14 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COPY_EXCLUDES = shutil.ignore_patterns(".git", "build", "*.so", "__pycache__", "*.egg-info", ".whl")
+
+
+def revision_exists(revision: str) -> bool:
+    """Whether this checkout's git knows `revision` as a commit (False without git)."""
+    if shutil.which("git") is None:
+        return False
+    verify = ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"]
+    return subprocess.run(verify, capture_output=True).returncode == 0
 
 
 def copy_with_base_kernels(base: str | None, work: pathlib.Path, base_csrc: pathlib.Path | None = None,
@@ -325,6 +334,10 @@ def main(argv: list[str] | None = None) -> None:
     base_csrc = args.base_csrc.resolve() if args.base_csrc else None
     if base_csrc is not None and not (base_csrc / "cuda").is_dir():
         parser.error(f"--base-csrc {args.base_csrc}: expected a csrc folder (with cuda/ in it)")
+    if args.base is not None and not revision_exists(args.base):
+        parser.error(f"--base {args.base}: no such revision in this checkout's git (a copy of the tree may "
+                     f"lack recent commits); export its kernels with `git archive {args.base} csrc | tar -x -C DIR` "
+                     "where the revision exists, and pass --base-csrc DIR/csrc")
     if args.plan:
         print(plan(args.base, base_csrc, also, env_sides, args.rounds, args.bench, bench_args))
         return

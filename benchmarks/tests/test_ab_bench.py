@@ -288,6 +288,7 @@ def test_env_sides_run_this_trees_one_build_with_their_variables(tmp_path, monke
 
 def test_env_sides_beside_a_base_revision_run_the_new_build(tmp_path, monkeypatch):
     built, ran = [], []
+    monkeypatch.setattr(ab_bench, "revision_exists", lambda revision: True)  # no git needed
     monkeypatch.setattr(ab_bench, "copy_with_base_kernels", lambda base, work, base_csrc=None, side="base": tmp_path / side)
     monkeypatch.setattr(ab_bench, "build_both", lambda trees, out: built.append(dict(trees)))
 
@@ -313,6 +314,7 @@ def test_run_bench_adds_the_sides_variables_to_its_environment(tmp_path, monkeyp
 def test_plan_prints_the_sides_builds_and_runs_without_building(tmp_path, monkeypatch, capsys):
     """--plan checks the arguments as a run would, then says what it would do and stops: nothing
     copied, built or run, and no work folder made."""
+    monkeypatch.setattr(ab_bench, "revision_exists", lambda revision: True)  # no git needed
     monkeypatch.setattr(ab_bench, "copy_with_base_kernels", lambda *a, **k: pytest.fail("copied a tree"))
     monkeypatch.setattr(ab_bench, "build_both", lambda *a, **k: pytest.fail("built"))
     monkeypatch.setattr(ab_bench, "run_bench", lambda *a, **k: pytest.fail("ran"))
@@ -326,6 +328,16 @@ def test_plan_prints_the_sides_builds_and_runs_without_building(tmp_path, monkey
     assert "carve: this tree's build, with X=1 Y=2" in text
     assert "rounds: 3 (12 runs); each run: " in text and "-m benchmarks.decode_stream --rows 1 8 --out" in text
     assert "(the --env sides run the build of 'new')" in text
+
+
+def test_an_unknown_base_revision_is_refused_before_any_build(tmp_path, capsys):
+    """A revision this checkout's git lacks (a copied tree may have older history) fails at once,
+    naming the way around it, rather than after the machine has started copying."""
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--base", "0" * 40, "--work", str(tmp_path / "w"), "--bench", "decode"])
+    error = capsys.readouterr().err
+    assert "no such revision" in error and "--base-csrc" in error
+    assert not (tmp_path / "w").exists()
 
 
 def test_plan_rejects_what_a_run_would(tmp_path, capsys):
