@@ -56,8 +56,9 @@ int linear_warps_per_cta_one_tile(int64_t tiles, int splits, int64_t row_chunks)
 // kMostWarps warps' worth, and each range at least kMinStepsPerRange steps (so each warp's ring runs
 // full for a while), or kShortStepsPerRange where the longer ranges would give fewer than kMinWarps
 // warps (small N). The count is then raised to the next one that divides the steps, where one does
-// within those bounds: ranges of equal length. docs/performance.md, "Linear: dispatch and bounds",
-// has the measurements.
+// up to the minimum range length's bound (past kMostWarps' if need be: 28672 x 8192 takes 4 equal
+// ranges, not 3 of 21-22 steps): ranges of equal length. docs/performance.md, "Linear: dispatch and
+// bounds", has the measurements.
 int linear_splits(int64_t n, int64_t steps) {
   constexpr int64_t kWarpsWanted = 2048, kMostWarps = 4096, kMinWarps = 512;
   constexpr int64_t kMinStepsPerRange = 8, kShortStepsPerRange = 4, kLongestRange = 28;
