@@ -81,10 +81,15 @@ def warpgroup_mma_serves_128_rows() -> bool:
 def linear_splits(n: int, k: int) -> int:
     """linear.cu's linear_splits: the K ranges of an N x K weight."""
     tiles, steps = -(-n // 16), k // 128
+    nearest = (2 * 2048 + tiles) // (2 * tiles)
     most = max(1, steps // 8)
     if tiles * most < 512:
         most = max(most, steps // 4)
-    wanted = max((2 * 2048 + tiles) // (2 * tiles), -(-steps // 28))
+    one_range_fills = 6 * tiles >= 5 * 2048
+    if 1 <= nearest <= most and nearest * tiles <= 2048 and (nearest > 1 or one_range_fills):
+        if -(-steps // nearest) <= (56 if nearest == 1 else 40):
+            return nearest
+    wanted = max(nearest, -(-steps // 28))
     splits = min(max(wanted, 1), most, -(-4096 // tiles))
     return next((equal for equal in range(splits, most + 1) if steps % equal == 0), splits)
 
@@ -375,10 +380,10 @@ def test_each_row_independent_of_the_batch_up_to_64_rows(device, k, fmt, x_kind)
 @pytest.mark.parametrize("x_kind", ["bfloat16", "float16"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_long_k_ranges_agree_across_row_counts(fmt, x_kind):
-    """A weight wide enough that each K range is 9-10 steps of 128 (N 10240, K 8576: 67 steps, no
-    count of ranges near 7 divides them, so 7 uneven ranges), where x staged once per CTA takes up
-    to 16 or 32 rows (zeroed row included) and the per-step kernel the rest: every row of every
-    batch bitwise equals its one-row call, and the first rows are within SPEC 5's bound."""
+    """A weight whose K ranges are long and uneven (N 10240, K 8576: 67 steps, prime, in 3 ranges
+    of 23, 23 and 21 steps: linear_splits), where x staged once per CTA takes up to 11 rows (12
+    with the zeroed row) and the per-step kernel the rest: every row of every batch bitwise equals
+    its one-row call, and the first rows are within SPEC 5's bound."""
     w = weight(fmt, 10240, 8576, "cuda")
     pool = activations(x_kind, fmt, (64, 8576), "cuda")
     singles = one_row_calls(pool, w)

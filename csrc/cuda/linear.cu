@@ -50,23 +50,34 @@ int linear_warps_per_cta_one_tile(int64_t tiles, int splits, int64_t row_chunks)
 // K ranges per output (gridDim.y): a function of N and K only, so that the summation order, and
 // with it every row's result, does not depend on the number of rows (batch invariance) nor on the
 // GPU. Fewer, longer ranges run faster while the grid keeps enough warps: each warp fills its ring
-// and stages its x once per range, and there are fewer partial sums to add. So the count is the
-// one nearest to kWarpsWanted warps of the weight's 16-row tiles (work for every SM of a large
-// GPU), or more where ranges would exceed kLongestRange steps of 128 elements; but never more than
-// kMostWarps warps' worth, and each range at least kMinStepsPerRange steps (so each warp's ring runs
-// full for a while), or kShortStepsPerRange where the longer ranges would give fewer than kMinWarps
-// warps (small N). The count is then raised to the next one that divides the steps, where one does
-// up to the minimum range length's bound (past kMostWarps' if need be: 28672 x 8192 takes 4 equal
-// ranges, not 3 of 21-22 steps): ranges of equal length. docs/performance.md, "Linear: dispatch and
-// bounds", has the measurements.
+// and stages its x once per range, and there are fewer partial sums to add; and a grid past
+// kWarpsWanted warps (about one wave at the long-range cap on CTAs an SM, linear_ctas_per_sm_cap)
+// runs a second, partial wave. So where the count nearest to kWarpsWanted warps of the weight's
+// 16-row tiles keeps the grid within kWarpsWanted warps and its ranges within kLongestWithinTarget
+// steps (kLongestSingleRange for one range, which has no partial sums to add), that count, even
+// where it does not divide the steps (unequal ranges cost nothing measurable). One range only where
+// the tiles alone come to 5/6 of kWarpsWanted: fewer warps over such long ranges ran slower at
+// 4-16 rows. Elsewhere the nearest count, or more where ranges would exceed kLongestRange steps of
+// 128 elements; but never more than kMostWarps warps' worth, and each range at least
+// kMinStepsPerRange steps (so each warp's ring runs full for a while), or kShortStepsPerRange where
+// the longer ranges would give fewer than kMinWarps warps (small N); then raised to the next count
+// that divides the steps, where one does up to the minimum range length's bound (past kMostWarps'
+// if need be: 28672 x 8192 takes 4 equal ranges, not 3 of 21-22 steps). docs/performance.md,
+// "Linear: dispatch and bounds", has the measurements.
 int linear_splits(int64_t n, int64_t steps) {
   constexpr int64_t kWarpsWanted = 2048, kMostWarps = 4096, kMinWarps = 512;
   constexpr int64_t kMinStepsPerRange = 8, kShortStepsPerRange = 4, kLongestRange = 28;
+  constexpr int64_t kLongestWithinTarget = 40, kLongestSingleRange = 56;
   const int64_t tiles = (n + kLinearTileRows - 1) / kLinearTileRows;
   const int64_t nearest = (2 * kWarpsWanted + tiles) / (2 * tiles);  // kWarpsWanted / tiles, rounded
-  const int64_t wanted = std::max(nearest, (steps + kLongestRange - 1) / kLongestRange);
   int64_t most = std::max<int64_t>(1, steps / kMinStepsPerRange);
   if (tiles * most < kMinWarps) most = std::max(most, steps / kShortStepsPerRange);
+  const bool one_range_fills = 6 * tiles >= 5 * kWarpsWanted;
+  if (nearest >= 1 && nearest <= most && nearest * tiles <= kWarpsWanted && (nearest > 1 || one_range_fills)) {
+    const int64_t longest = nearest == 1 ? kLongestSingleRange : kLongestWithinTarget;
+    if ((steps + nearest - 1) / nearest <= longest) return static_cast<int>(nearest);
+  }
+  const int64_t wanted = std::max(nearest, (steps + kLongestRange - 1) / kLongestRange);
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::min(most, (kMostWarps + tiles - 1) / tiles));
   for (int64_t equal = splits; equal <= most; ++equal) {
     if (steps % equal == 0) return static_cast<int>(equal);
