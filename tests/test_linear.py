@@ -381,9 +381,10 @@ def test_each_row_independent_of_the_batch_up_to_64_rows(device, k, fmt, x_kind)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_long_k_ranges_agree_across_row_counts(fmt, x_kind):
     """A weight whose K ranges are long and uneven (N 10240, K 8576: 67 steps, prime, in 3 ranges
-    of 23, 23 and 21 steps: linear_splits), where x staged once per CTA takes up to 11 rows (12
-    with the zeroed row) and the per-step kernel the rest: every row of every batch bitwise equals
-    its one-row call, and the first rows are within SPEC 5's bound."""
+    of 22, 22 and 23 steps: linear_splits and the kernels' split of the steps), where x staged once
+    per CTA takes up to 11 rows (12 with the zeroed row, at the longest range's 23 steps) and the
+    per-step kernel the rest: every row of every batch bitwise equals its one-row call, and the
+    first rows are within SPEC 5's bound."""
     w = weight(fmt, 10240, 8576, "cuda")
     pool = activations(x_kind, fmt, (64, 8576), "cuda")
     singles = one_row_calls(pool, w)
