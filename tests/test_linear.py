@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pathlib
+import random
+import re
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -111,6 +116,32 @@ def kernel_family_rows(n: int, k: int, fmt: str) -> int:
     splits = linear_splits(n, k)
     long_ranges = -(-(k // 128) // splits) >= 8
     return 128 if eight_warp_ctas(n, k, 1) >= sms or (eight_warp_ctas(n, k, 2) <= 2 * sms and long_ranges) else 64
+
+
+def test_linear_splits_copy_matches_linear_cu(tmp_path):
+    """This file's linear_splits against linear.cu's, the function cut from the source and built by
+    the host compiler (kLinearTileRows from linear_mma.cuh), over random weights and the edges: the
+    GPU tests' preconditions and row bounds rely on the copy being exact."""
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("needs a host C++ compiler")
+    cuda = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "cuda"
+    source = (cuda / "linear.cu").read_text()
+    begin = source.index("int linear_splits(int64_t n, int64_t steps) {")
+    tile_rows = re.search(r"constexpr int kLinearTileRows = (\d+);", (cuda / "linear_mma.cuh").read_text()).group(1)
+    program = tmp_path / "linear_splits.cpp"
+    headers = "#include <algorithm>\n#include <cstdint>\n#include <cstdio>\n"
+    program.write_text(f"{headers}constexpr int kLinearTileRows = {tile_rows};\n"
+                       + source[begin:source.index("\n}\n", begin) + 3]
+                       + "int main() { long n, s; while (std::scanf(\"%ld %ld\", &n, &s) == 2) "
+                         "std::printf(\"%d\\n\", linear_splits(n, s)); }\n")
+    subprocess.run([compiler, "-std=c++17", "-O1", str(program), "-o", str(tmp_path / "linear_splits")], check=True)
+    weights = [(random.randrange(1, 1 << 17), 128 * random.randrange(1, 1000)) for _ in range(5000)]
+    edges = (1, 16, 17, 1365, 1366, 1706, 1707, 2048, 2049, 4096, 65536)
+    weights += [(16 * tiles, k) for tiles in edges for k in (128, 3584, 7168, 8192)]
+    run = subprocess.run([str(tmp_path / "linear_splits")], input="".join(f"{n} {k // 128}\n" for n, k in weights),
+                         capture_output=True, text=True, check=True)
+    assert [int(count) for count in run.stdout.split()] == [linear_splits(n, k) for n, k in weights]
 
 
 def dequantize_path_dtype(device: str, x, w, out_dtype: torch.dtype, batch_invariant: bool = False):
