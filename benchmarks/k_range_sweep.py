@@ -40,6 +40,8 @@ KNOB = ("  if (const char* forced = std::getenv(\"FP4OPS_EXP_SPLITS\"); forced !
         "    return static_cast<int>(std::min<int64_t>(std::atoll(forced), steps));  // k_range_sweep.py's knob\n"
         "  }\n")
 INCLUDE_ANCHOR = "#include <algorithm>\n"
+# (n, k, format, x) -> rows -> forced count -> its time over the rule's
+Tables = dict[tuple, dict[int, dict[int, float]]]
 
 
 def side_name(count: int) -> str:
@@ -99,7 +101,7 @@ def fastest_times(out: pathlib.Path) -> dict[tuple, dict[str, float]]:
     return times
 
 
-def sweep_tables(times: dict[tuple, dict[str, float]]) -> dict[tuple, dict[int, dict[int, float]]]:
+def sweep_tables(times: dict[tuple, dict[str, float]]) -> Tables:
     """(n, k, format, x) -> rows -> effective count -> time over the rule's time, where the rule's
     time is known; a count past the weight's steps runs as its steps (its fastest side kept)."""
     tables: dict[tuple, dict[int, dict[int, float]]] = {}
@@ -115,9 +117,9 @@ def sweep_tables(times: dict[tuple, dict[str, float]]) -> dict[tuple, dict[int, 
     return tables
 
 
-def render_markdown(times: dict[tuple, dict[str, float]], banner: str) -> str:
+def render_markdown(times: dict[tuple, dict[str, float]], tables: Tables, banner: str) -> str:
     lines = [banner, ""]
-    for (n, k, fmt, x), by_rows in sweep_tables(times).items():
+    for (n, k, fmt, x), by_rows in tables.items():
         counts = sorted({count for ratios in by_rows.values() for count in ratios})
         lines += [f"## {n} x {k}, {fmt}, x {x} ({k // 128} steps of 128)", "",
                   "| rows | rule us | " + " | ".join(map(str, counts)) + " | best |",
@@ -131,12 +133,11 @@ def render_markdown(times: dict[tuple, dict[str, float]], banner: str) -> str:
     return "\n".join(lines)
 
 
-def render_plot(times: dict[tuple, dict[str, float]], path: pathlib.Path) -> None:
+def render_plot(tables: Tables, path: pathlib.Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tables = sweep_tables(times)
     columns = min(6, max(1, len(tables)))
     grid_rows = math.ceil(len(tables) / columns)
     fig, axes = plt.subplots(grid_rows, columns, figsize=(3.6 * columns, 3.0 * grid_rows), squeeze=False)
@@ -161,14 +162,15 @@ def render_plot(times: dict[tuple, dict[str, float]], path: pathlib.Path) -> Non
 def render(out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     """k_range_sweep.md and .png in out, from the runs there."""
     times = fastest_times(out)
-    if not sweep_tables(times):
+    tables = sweep_tables(times)
+    if not tables:
         raise SystemExit(f"{out}: no decode runs of the rule ('base') and forced counts ('ranges<C>_') to compare")
     banner = ("# K ranges swept (benchmarks/k_range_sweep.py)\n\nEach weight's FP4 layer time at a forced count of K "
               "ranges over its time at linear_splits' count (below 1: the forced count is faster), each side's "
               f"fastest run; the runs' banners and logs are in {out}.")
     markdown, plot = out / "k_range_sweep.md", out / "k_range_sweep.png"
-    markdown.write_text(render_markdown(times, banner))
-    render_plot(times, plot)
+    markdown.write_text(render_markdown(times, tables, banner))
+    render_plot(tables, plot)
     return markdown, plot
 
 
