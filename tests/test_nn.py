@@ -82,6 +82,52 @@ def test_forward_is_fp4ops_linear(device, fmt, dtype, rows):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("shape", [(256,), (0, 256), (3, 256), (2, 0, 256), (2, 3, 256)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_forward_matches_fp4ops_linear_for_every_shape(device, fmt, shape, bias):
+    """forward calls the op without fp4ops.linear's checks of W: the same bits and shape for x
+    of one, two or three dimensions, with no rows, and non-contiguous."""
+    fp4 = FP4Linear.from_linear(nn.Linear(256, 24, bias=bias).to(device=device, dtype=torch.bfloat16), fmt)
+    w = fp4.quantized_weight()
+    x = torch.randn(*shape, device=device, dtype=torch.bfloat16)
+    strided = torch.randn(*shape[:-1], 2 * shape[-1], device=device, dtype=torch.bfloat16)[..., ::2]
+    with torch.no_grad():
+        for xi in (x, strided):
+            y = fp4(xi)
+            assert y.shape == (*shape[:-1], 24) and y.dtype == torch.bfloat16
+            assert torch.equal(y, fp4ops.linear(xi, w, fp4.bias, out_dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    "change, exception, message",
+    [
+        (lambda layer: layer.bias.requires_grad_(), RuntimeError, "bias: requires grad, but fp4ops.linear has no backward"),
+        (lambda layer: setattr(layer, "weight_scale", layer.weight_scale[:, :2].clone()), RuntimeError,
+         "w_scales: expected shape [8, 4] (linear layout)"),
+        (lambda layer: setattr(layer, "weight", layer.weight.float()), RuntimeError, "w_data: expected uint8"),
+    ],
+)
+def test_forward_refuses_a_changed_layer_by_name(change, exception, message):
+    """A layer whose bias was set to require grad, or whose buffers were replaced by tensors of
+    other shapes or dtypes, fails with an error that names the argument (the op checks W again)."""
+    layer = FP4Linear(64, 8)
+    change(layer)
+    with pytest.raises(exception) as info:
+        layer(torch.randn(2, 64, dtype=torch.bfloat16))
+    assert message in str(info.value)
+
+
+def test_forward_refuses_an_input_that_requires_grad():
+    layer = FP4Linear(64, 8)
+    x = torch.randn(2, 64, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="x: requires grad, but fp4ops.linear has no backward"):
+        layer(x)
+    with torch.no_grad():
+        assert layer(x).shape == (2, 8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_float32_input_stays_float32(device):
     """fp4ops.linear takes fp16/bf16 activations; an fp32 x gets the fp32 dequantized weight and
     torch.nn.functional.linear, in fp32."""

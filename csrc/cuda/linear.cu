@@ -480,18 +480,17 @@ at::Tensor linear(const at::Tensor& x, const std::optional<at::Tensor>& x_scales
 
   const at::Tensor xx = aligned_contiguous(x), wd = aligned_contiguous(w_data), ws = aligned_contiguous(w_scales);
   const at::Tensor xs = x_scales ? aligned_contiguous(*x_scales) : at::Tensor();
-  const at::Tensor wg = w_global_scale ? w_global_scale->reshape({}).contiguous() : at::Tensor();
-  const at::Tensor xg = x_global_scale ? x_global_scale->reshape({}).contiguous() : at::Tensor();
   const at::Tensor bb = bias ? bias->contiguous() : at::Tensor();
   at::Tensor partials = splits > 1 ? at::empty({splits, m, n}, x.options().dtype(at::kFloat)) : at::Tensor();
 
   LinearArgs args{};
   args.w_data = wd.const_data_ptr<uint8_t>();
   args.w_scales = static_cast<const uint8_t*>(ws.const_data_ptr());
-  args.w_global = w_global_scale ? wg.const_data_ptr<float>() : nullptr;
+  // One element each (check_linear): its pointer is the value's, whatever the shape and strides.
+  args.w_global = w_global_scale ? w_global_scale->const_data_ptr<float>() : nullptr;
   args.x = xx.const_data_ptr();
   args.x_scales = x_scales ? static_cast<const uint8_t*>(xs.const_data_ptr()) : nullptr;
-  args.x_global = x_global_scale ? xg.const_data_ptr<float>() : nullptr;
+  args.x_global = x_global_scale ? x_global_scale->const_data_ptr<float>() : nullptr;
   args.bias = bias ? bb.const_data_ptr() : nullptr;
   args.bias_type = bias_type(bias);
   args.m = m, args.n = n, args.k = k, args.steps = steps, args.splits = splits;

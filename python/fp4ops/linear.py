@@ -41,7 +41,18 @@ def _dense_x(x, w, k: int):
         raise ValueError(f"x: expected the last dimension to be {k} (K of w), got {x.shape[-1]}")
     check_same_device(x, w.data, "x", "w")
     check_no_grad(x, "x", "linear")
-    return (x.reshape(math.prod(x.shape[:-1]), k), None, None), x.shape[:-1]
+    return (as_rows(x, k), None, None), x.shape[:-1]
+
+
+def as_rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """A dense x [..., K] as the op's [M, K]: x itself where it is 2-D already (a reshape is a
+    dispatched view op, a microsecond of host time on every call of a decode step)."""
+    return x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), k)
+
+
+def with_leading_dims(y: torch.Tensor, lead: torch.Size, n: int) -> torch.Tensor:
+    """The op's [M, N] output as [..., N] for x's leading dimensions `lead` (y itself for one)."""
+    return y if len(lead) == 1 else y.reshape(*lead, n)
 
 
 def _check_bias(bias, w, n: int) -> None:
@@ -79,7 +90,7 @@ def linear(x, w, bias=None, *, out_dtype: torch.dtype | None = None, batch_invar
     check_quantized(w, "w")
     if w.data.dim() != 2:
         raise ValueError(f"w: expected shape [N, K], got {tuple(w.shape)}")
-    n, k = w.shape
+    n, k = w.data.shape[0], w.data.shape[1] * 2  # w.shape, without building a torch.Size
     w = w.with_scale_layout("linear")
     w_global = decode_global_scale(w, "w.global_scale") if isinstance(w, NVFP4Tensor) else None
     check_no_grad(w_global, "w.global_scale", "linear")
@@ -97,4 +108,4 @@ def linear(x, w, bias=None, *, out_dtype: torch.dtype | None = None, batch_invar
         raise TypeError(f"batch_invariant: expected a bool, got {type(batch_invariant).__name__}")
     y = torch.ops.fp4ops.linear(x_data, x_scales, x_global, w.data, w.scales, w_global, bias, out_dtype,
                                 batch_invariant)
-    return y.reshape(*lead, n)
+    return with_leading_dims(y, lead, n)

@@ -12,7 +12,7 @@ from torch import nn
 
 from ._checks import check_float_input
 from ._formats import FORMATS
-from .linear import linear
+from .linear import as_rows, linear, with_leading_dims
 from .ops import quantize_mxfp4, quantize_nvfp4
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
@@ -85,11 +85,23 @@ class FP4Linear(nn.Module):
         check_float_input(x)
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: expected the last dimension to be {self.in_features}, got {x.shape[-1]}")
-        w = self.quantized_weight()
+        bias = self._parameters.get("bias")  # None where the layer has none (a plain attribute then)
         if x.dtype == torch.float32:
-            bias = None if self.bias is None else self.bias.to(torch.float32)
-            return nn.functional.linear(x, w.dequantize(torch.float32), bias)
-        return linear(x, w, self.bias, out_dtype=x.dtype, batch_invariant=self.batch_invariant)
+            bias = None if bias is None else bias.to(torch.float32)
+            return nn.functional.linear(x, self.quantized_weight().dequantize(torch.float32), bias)
+        if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+            # fp4ops.linear refuses it, naming the argument (the op has no backward).
+            return linear(x, self.quantized_weight(), bias, out_dtype=x.dtype, batch_invariant=self.batch_invariant)
+        # The call fp4ops.linear makes, without its checks of W: the buffers are its arguments as
+        # they are (linear scales; NVFP4's one-element fp32 global scale), their dtypes and shapes
+        # set here and kept by load_state_dict, and the op checks every argument again, by name. A
+        # decode step calls every layer from the host, where those checks and the NVFP4Tensor view
+        # would cost more than the op's own host path (docs/performance.md, "Eager decode").
+        buffers = self._buffers
+        y = torch.ops.fp4ops.linear(as_rows(x, self.in_features), None, None, buffers["weight"],
+                                    buffers["weight_scale"], buffers["weight_scale_2"], bias, x.dtype,
+                                    self.batch_invariant)
+        return with_leading_dims(y, x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
