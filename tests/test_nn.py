@@ -190,6 +190,22 @@ def test_cuda_graph_replay():
         assert torch.equal(y, model(x))
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="mode='reduce-overhead' runs CUDA graphs: needs a GPU")
+@requires_caching_allocator
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_reduce_overhead_compile_matches_eager(fmt):
+    """torch.compile's CUDA-graph mode, the README's advice for decoding: the same bits as eager
+    calls (the op is opaque to the compiler), through warm-up, recording and replays."""
+    torch._dynamo.reset()
+    model = nn.Sequential(*(FP4Linear.from_linear(nn.Linear(k, n).to("cuda", torch.bfloat16), fmt)
+                            for k, n in ((128, 512), (512, 128))))
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for rows in (1, 1, 1, 1, 5, 5, 5, 5):
+            x = torch.randn(rows, 128, device="cuda", dtype=torch.bfloat16)
+            assert torch.equal(compiled(x).clone(), model(x))
+
+
 @pytest.mark.parametrize(
     "call, exception, message",
     [
