@@ -276,14 +276,42 @@ def plot(result: dict, path: pathlib.Path) -> None:
     right.set(xscale="log", yscale="log", xlabel="batch", ylabel="tokens/s (linears only)", title="Llama-3.1-8B decode step")
     if result["llama"]:
         right.legend(fontsize=7)
-        # The batches timed, as plain numbers (a log axis over less than a decade labels its minor ticks).
-        batches = sorted({r["rows"] for r in result["llama"]})
-        right.set_xticks(batches, [str(b) for b in batches], minor=False)
-        right.set_xticks([], minor=True)
-    fig.suptitle(result["banner_line"], fontsize=8)
+        label_batches(right, sorted({r["rows"] for r in result["llama"]}))
+    save_figure(fig, result["banner_line"], path)
+
+
+def label_batches(ax, batches: list[int]) -> None:
+    """The batches timed as the x axis' ticks, plain numbers (a log axis over less than a decade
+    labels its minor ticks)."""
+    ax.set_xticks(batches, [str(b) for b in batches], minor=False)
+    ax.set_xticks([], minor=True)
+
+
+def save_figure(fig, banner_line: str, path: pathlib.Path) -> None:
+    """The run's banner over the figure, written to path and closed."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(banner_line, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device, --out and --tag: where a decode benchmark runs and what it writes."""
+    parser.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+
+
+def run_device(args: argparse.Namespace) -> torch.device:
+    return torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def file_tag(args: argparse.Namespace, info: dict, device: torch.device) -> str:
+    """--tag, else the GPU's model (h100 of "NVIDIA H100 80GB HBM3"), else the device type."""
+    words = info["gpu"].split()
+    return args.tag or (words[1].lower() if device.type == "cuda" and len(words) > 1 else device.type)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -305,18 +333,16 @@ def main(argv: list[str] | None = None) -> dict:
                    help="every layer of --shapes with a bias in x's dtype (the Llama stack has none)")
     p.add_argument("--min-layers", type=int, default=MIN_LAYERS,
                    help=f"distinct layers a graph at least (default {MIN_LAYERS}; more where 4x the L2 needs them)")
-    p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+    add_run_arguments(p)
     args = p.parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = run_device(args)
     cuda = device.type == "cuda"
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes else (SHAPES if cuda else [(256, 512)])
     rows_list = args.rows or (ROWS if cuda else [1, 3])
     timer = Timer(device)
     info = banner(device)
     ceilings = measure_ceilings(timer)
-    tag = args.tag or (info["gpu"].split()[1].lower() if cuda and len(info["gpu"].split()) > 1 else device.type)
+    tag = file_tag(args, info, device)
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"banner": info, "ceilings": ceilings, "banner_line": banner_line(info, ceilings),

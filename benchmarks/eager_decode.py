@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 import fp4ops
 
-from .decode_stream import LLAMA_8B_LINEARS, captured_graph, make_layers
+from .decode_stream import (LLAMA_8B_LINEARS, add_run_arguments, captured_graph, file_tag, label_batches,
+                            make_layers, run_device, save_figure)
 from .suite.harness import banner, banner_line
 
 LAYERS = 32
@@ -205,16 +206,11 @@ def plot(result: dict, path: pathlib.Path) -> None:
     if "bf16_graph_tokens_per_s" in first[0]:
         ax.plot([r["rows"] for r in first], [r["bf16_graph_tokens_per_s"] for r in first], marker="s", color="black",
                 linestyle="dashed", label="nn.Linear bf16, CUDA graph")
-    batches = sorted({r["rows"] for r in result["stack"]})
     ax.set(xscale="log", yscale="log", xlabel="batch", ylabel="tokens/s (linears only)",
            title="Llama-3.1-8B decode step, eager and in a CUDA graph")
-    ax.set_xticks(batches, [str(b) for b in batches], minor=False)
-    ax.set_xticks([], minor=True)
+    label_batches(ax, sorted({r["rows"] for r in result["stack"]}))
     ax.legend(fontsize=7)
-    fig.suptitle(result["banner_line"], fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, result["banner_line"], path)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -223,16 +219,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--formats", nargs="+", choices=["nvfp4", "mxfp4"], default=["nvfp4", "mxfp4"])
     p.add_argument("--layers", type=int, default=None, help=f"decoder layers a step (default {LAYERS}; 1 on the CPU)")
-    p.add_argument("--device", default=None, help="cuda (default when present) or cpu (exercises the code only)")
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--tag", default=None, help="file name tag (default: the GPU, e.g. h100)")
+    add_run_arguments(p)
     args = p.parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = run_device(args)
     cuda = device.type == "cuda"
     linears = LLAMA_8B_LINEARS if cuda else CPU_LINEARS
     layers = args.layers or (LAYERS if cuda else 1)
     info = banner(device)
-    tag = args.tag or (info["gpu"].split()[1].lower() if cuda and len(info["gpu"].split()) > 1 else device.type)
+    tag = file_tag(args, info, device)
     result = {"banner": info, "banner_line": banner_line(info), "layers": layers, "stack": [], "calls": []}
     print(result["banner_line"], flush=True)
     for fmt in args.formats:
