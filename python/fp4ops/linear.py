@@ -21,14 +21,17 @@ def _fp4_x(x, w, k: int):
         raise TypeError(f"x: expected {type(w).__name__} (the format of w) or a float16/bfloat16 tensor, "
                         f"got {type(x).__name__}")
     check_quantized(x, "x")
-    if x.shape[-1] != k:
+    lead = x.data.shape[:-1]  # x.shape[:-1], without building x.shape
+    if x.data.shape[-1] * 2 != k:
         raise ValueError(f"x: expected the last dimension to be {k} (K of w), got {x.shape[-1]}")
     check_same_device(x.data, w.data, "x", "w")
     x = x.with_scale_layout("linear")
     x_global = decode_global_scale(x, "x.global_scale") if isinstance(x, NVFP4Tensor) else None
     check_no_grad(x_global, "x.global_scale", "linear")
-    rows = math.prod(x.shape[:-1])
-    return (x.data.reshape(rows, k // 2), x.scales.reshape(rows, k // x.block), x_global), x.shape[:-1]
+    if len(lead) == 1:  # [M, K/2] and [M, K/block] already: no view ops to pay for
+        return (x.data, x.scales, x_global), lead
+    rows = math.prod(lead)
+    return (x.data.reshape(rows, k // 2), x.scales.reshape(rows, k // x.block), x_global), lead
 
 
 def _dense_x(x, w, k: int):
