@@ -575,6 +575,35 @@ def test_residual(device, dtype, format):
     assert isinstance(fp4ops.rms_norm_quantize(x, weight, **t.kwargs()), type(q))  # no residual: q alone
 
 
+def quantized_parts(q) -> list[torch.Tensor]:
+    """data, scales and (NVFP4) the global scale of a returned NVFP4Tensor / MXFP4Tensor."""
+    return [q.data, q.scales] + ([q.global_scale] if isinstance(q, fp4ops.NVFP4Tensor) else [])
+
+
+@pytest.mark.parametrize("format", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_inputs_that_require_grad(device, format):
+    """An RMSNorm weight is usually a Parameter, and x may come out of a graph that records grad:
+    nothing returned requires grad (the ops have no backward), and the bits are those of the same
+    call under torch.no_grad()."""
+    needs_kernel(device, "rms_norm_quantize")
+    hidden = 160 if format == "mxfp4" else 48
+    x, weight = op_input("rms_norm_quantize", (3, hidden), torch.bfloat16, device)
+    r = random_input(x.shape, torch.bfloat16, device)
+    weight = torch.nn.Parameter(weight.clone())
+    gate_up = random_input((3, 2 * hidden), torch.bfloat16, device).requires_grad_()
+    q, h = fp4ops.rms_norm_quantize(x, weight, residual=r, format=format)
+    silu = fp4ops.silu_mul_quantize(gate_up, format=format)
+    with torch.no_grad():
+        q_no_grad, h_no_grad = fp4ops.rms_norm_quantize(x, weight, residual=r, format=format)
+        silu_no_grad = fp4ops.silu_mul_quantize(gate_up, format=format)
+    got = quantized_parts(q) + [h] + quantized_parts(silu)
+    want = quantized_parts(q_no_grad) + [h_no_grad] + quantized_parts(silu_no_grad)
+    assert not any(t.requires_grad for t in got)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert_same_bytes(a.reshape(-1), b.reshape(-1), f"output {i}")
+
+
 # ----------------------------------------------------------------------------------------------
 # Shapes and strides
 

@@ -7,6 +7,7 @@ bit, `quantize_nvfp4` / `quantize_mxfp4` of that intermediate.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -35,13 +36,22 @@ def _check_width(width: int, block: int, format: str, what: str) -> None:
         raise ValueError(f"x: expected {what} to be a multiple of {block} (the {format.upper()} block), got {width}")
 
 
+def _outputs_without_grad(*inputs) -> contextlib.AbstractContextManager:
+    """torch.no_grad() where an input requires grad and grad mode is on (an RMSNorm's weight is
+    usually a Parameter), so that no output carries a backward the ops do not have; elsewhere a
+    null context: torch.no_grad() costs a microsecond or two of host time on every call, which a
+    decode step pays for each of its layers."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        return torch.no_grad()
+    return contextlib.nullcontext()
+
+
 def _wrap(format, data, scales, g, scale_layout):
     if format == "nvfp4":
         return NVFP4Tensor(data, scales, g, scale_layout)
     return MXFP4Tensor(data, scales, scale_layout)
 
 
-@torch.no_grad()
 def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None,
                       format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
                       scale_layout: str = "linear"):
@@ -69,13 +79,13 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, 
         if residual.shape != x.shape:
             raise ValueError(f"residual: expected shape {tuple(x.shape)} (x's shape), got {tuple(residual.shape)}")
         check_same_device(residual, x, "residual", "x")
-    data, scales, g_out, new_residual, _ = torch.ops.fp4ops.rms_norm_quantize(
-        x, weight, float(eps), residual, format, g, scale_rule, scale_layout, False)
+    with _outputs_without_grad(x, weight, residual, g):
+        data, scales, g_out, new_residual, _ = torch.ops.fp4ops.rms_norm_quantize(
+            x, weight, float(eps), residual, format, g, scale_rule, scale_layout, False)
     q = _wrap(format, data, scales, g_out, scale_layout)
     return q if residual is None else (q, new_residual)
 
 
-@torch.no_grad()
 def silu_mul_quantize(x: torch.Tensor, *, format: str = "nvfp4", global_scale=None, scale_rule: str = "floor",
                       scale_layout: str = "linear"):
     """Quantize silu(gate) * up to `format` in one pass, x [..., 2H] = gate then up (vLLM's and
@@ -86,5 +96,6 @@ def silu_mul_quantize(x: torch.Tensor, *, format: str = "nvfp4", global_scale=No
     if x.shape[-1] % 2 != 0:
         raise ValueError(f"x: expected an even last dimension (gate, then up), got {x.shape[-1]}")
     _check_width(x.shape[-1] // 2, block, format, "half the last dimension (the gate and up width H)")
-    data, scales, g_out, _ = torch.ops.fp4ops.silu_mul_quantize(x, format, g, scale_rule, scale_layout, False)
+    with _outputs_without_grad(x, g):
+        data, scales, g_out, _ = torch.ops.fp4ops.silu_mul_quantize(x, format, g, scale_rule, scale_layout, False)
     return _wrap(format, data, scales, g_out, scale_layout)
