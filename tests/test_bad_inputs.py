@@ -53,6 +53,10 @@ def test_quantizing_a_tensor_that_requires_grad():
     q = fp4ops.quantize_nvfp4(w)
     assert not any(t.requires_grad for t in (q.data, q.scales, q.global_scale))
     assert not fp4ops.quantize_mxfp4(w).scales.requires_grad
+    g = torch.tensor(0.01, requires_grad=True)  # a given global scale that requires grad
+    given = [fp4ops.quantize_nvfp4(w, g), fp4ops.quantize_nvfp4(w, g, hadamard=True),
+             *fp4ops.quantize_nvfp4_rowwise_columnwise(torch.randn(16, 32, requires_grad=True), g)]
+    assert not any(t.requires_grad for q in given for t in (q.data, q.scales, q.global_scale))
     with torch.no_grad():
         assert fp4ops.amax(w) == w.abs().max()
         assert fp4ops.gemv(q, w[0].half()).shape == (4,)

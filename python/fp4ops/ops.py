@@ -43,6 +43,12 @@ def _group_global_scale(x: torch.Tensor, group) -> torch.Tensor:
     return global_scale_from_amax(group_amax)
 
 
+def _detached(global_scale: torch.Tensor | None) -> torch.Tensor | None:
+    """A given global scale as the quantizers pass it: detached where it requires grad, so that no
+    output (the scales are computed from it) carries a backward the ops do not have."""
+    return global_scale.detach() if global_scale is not None and global_scale.requires_grad else global_scale
+
+
 def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear", amax_group=None,
                    hadamard=False, block_2d: bool = False, stochastic_rounding: bool = False,
                    seed: int | None = None, offset: int = 0) -> NVFP4Tensor:
@@ -55,7 +61,8 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
     shard; the amax is max-reduced over the group first, so every shard shares one g (as
     Transformer Engine does for sequence-parallel tensors). Needs global_scale=None.
     Note: vLLM/FlashInfer/TensorRT-LLM call 2688 / amax (= 1 / g) their "global scale".
-    Quantization is not differentiable: x may require grad (a weight, say); nothing returned does.
+    Quantization is not differentiable: x (a weight, say) and a global_scale tensor may require
+    grad; nothing returned does.
     scale_layout "swizzled" writes the scales straight into SPEC 4's 128x4-atom layout (the one
     torch._scaled_mm takes), [..., ceil(rows/128)*128, ceil(K/64)*4] with zero padding.
 
@@ -77,7 +84,7 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
             raise ValueError("amax_group: the group amax is of x itself; it cannot be combined with hadamard")
         global_scale = _group_global_scale(x, amax_group)
     recipe = _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset)
-    g_in = global_scale_tensor(global_scale, x)
+    g_in = _detached(global_scale_tensor(global_scale, x))
     if recipe is None:
         data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), g_in, scale_layout)
     else:
@@ -101,8 +108,8 @@ def quantize_nvfp4_rowwise_columnwise(x: torch.Tensor, global_scale=None, *, sca
     if x.dim() < 2 or x.shape[-2] % NVFP4_BLOCK != 0:
         raise ValueError(f"x: the columnwise output needs rows (dimension -2) a multiple of 16, got shape {tuple(x.shape)}")
     recipe = _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset) or (False, -1, None, 0)
-    outs = torch.ops.fp4ops.quantize_nvfp4_recipe(x.detach(), global_scale_tensor(global_scale, x), scale_layout,
-                                                  True, True, *recipe)
+    outs = torch.ops.fp4ops.quantize_nvfp4_recipe(x.detach(), _detached(global_scale_tensor(global_scale, x)),
+                                                  scale_layout, True, True, *recipe)
     return (NVFP4Tensor(outs[0], outs[1], outs[2].detach(), scale_layout),
             NVFP4Tensor(outs[3], outs[4], outs[5].detach(), scale_layout))
 
