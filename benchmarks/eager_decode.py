@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 import fp4ops
+from fp4ops.timing import timed_calls
 
 from .decode_stream import (LLAMA_8B_LINEARS, add_run_arguments, captured_graph, file_tag, label_batches,
                             make_layers, run_device, save_figure)
@@ -75,19 +76,11 @@ def host_and_wall_us(steps: dict, device: torch.device, back_to_back: int) -> di
 
 
 def graph_us(step, device: torch.device) -> float | None:
-    """GPU us per step in one CUDA graph (None on the CPU)."""
+    """GPU us per step in one CUDA graph, the median of ROUNDS replays (None on the CPU)."""
     if device.type != "cuda":
         return None
     graph = captured_graph(lambda _: step(), None, device)
-    times = []
-    for _ in range(ROUNDS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    return statistics.median(timed_calls(graph.replay, device, ROUNDS)[0])
 
 
 def as_module(weight: torch.Tensor) -> torch.nn.Linear:
