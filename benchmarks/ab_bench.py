@@ -11,6 +11,10 @@ the kernels differ. From the repository root:
     python benchmarks/ab_bench.py --base HEAD~1 --bench decode -- --shapes 4096,4096 28672,8192 \
         --rows 1 8 16 64 --no-llama --fp4-only     (the linear kernels in the decode stream; without
         --fp4-only every run also times cuBLAS bf16 and dequantize + F.linear, the same in both builds)
+    python benchmarks/ab_bench.py --patch probe=benchmarks/probes/patches/decode_in_three.patch --bench decode -- ...
+        (this tree as 'base' and once more with the patch applied to a copy of its csrc, both built:
+        an experiment kept as a patch file, e.g. the timing probes under benchmarks/probes/patches;
+        several files apply in order: NAME=FILE,FILE; with --base as well, they run beside 'new')
     python benchmarks/ab_bench.py --env carve=FP4OPS_EXP_CARVEOUT=100 --bench decode -- ...
         (one build, this tree's, run as 'base' and once more per --env side with its environment
         variables set: the knobs of a temporary experiment patch; with --base as well, the env
@@ -21,12 +25,13 @@ the kernels differ. From the repository root:
 What it does:
 1. copies this tree (without .git and build outputs) to <work>/base (--work, default a new
    temporary folder) and replaces its csrc with `git archive <base> csrc` (or with a copy of the
-   --base-csrc folder); each `--also NAME=CSRC` likewise to <work>/NAME with that csrc folder;
+   --base-csrc folder); each `--also NAME=CSRC` likewise to <work>/NAME with that csrc folder, and
+   each `--patch NAME=FILE` to <work>/NAME with this tree's csrc and the patch applied (`git apply`);
 2. builds them all (`setup.py build_ext --inplace`; FP4OPS_CUDA_ARCHS and MAX_JOBS from the
    environment, e.g. FP4OPS_CUDA_ARCHS=9.0 MAX_JOBS=8: the builds run at once, each with
    MAX_JOBS compilers);
 3. runs `python -m benchmarks.suite <args>` (this tree's suite; `--bench decode`:
-   `benchmarks.decode_stream`) for new, then base, then the --also and --env sides, `--rounds`
+   `benchmarks.decode_stream`) for new, then base, then the --also, --patch and --env sides, `--rounds`
    times, each run's JSON under <out>/<side><round>/ (--out, default <work>/results; PYTHONPATH
    picks the side's fp4ops; an --env side's variables are added to its runs' environment);
 4. prints and writes <out>/ab_summary.md: the suite's every fp4ops row at 2^26 elements or more
@@ -88,6 +93,48 @@ def copy_with_base_kernels(base: str | None, work: pathlib.Path, base_csrc: path
             tar.extractall(target, filter="data")
         else:
             tar.extractall(target)
+    return target
+
+
+def apply_patches(root: pathlib.Path, patches: list[pathlib.Path]) -> None:
+    """`git apply` each patch, in order, to the tree at `root` (paths relative to it, e.g.
+    csrc/cuda/...). Git does not look for a repository above `root`, so a work folder inside a
+    checkout is patched itself, not the checkout. CalledProcessError says which patch failed."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(root.parent)}
+    for patch in patches:
+        subprocess.run(["git", "apply", str(patch)], cwd=root, env=env, check=True, capture_output=True, text=True)
+
+
+def patch_error(patches: list[pathlib.Path]) -> str | None:
+    """Why these patches cannot make a side, or None: each file must exist and change files under
+    csrc/ only (the harness, the benchmarks and the package stay this tree's on every side), and
+    all of them must apply, in order, to this tree's csrc."""
+    if shutil.which("git") is None:
+        return "needs git (`git apply`)"
+    for patch in patches:
+        if not patch.is_file():
+            return f"{patch}: no such file"
+        listed = subprocess.run(["git", "apply", "--numstat", str(patch)], capture_output=True, text=True)
+        if listed.returncode != 0:
+            return f"{patch}: not a patch git can read ({listed.stderr.strip()})"
+        paths = [line.split("\t")[-1] for line in listed.stdout.splitlines() if line.strip()]
+        outside = [path for path in paths if not path.startswith("csrc/")]
+        if not paths or outside:
+            return f"{patch}: expected changes to files under csrc/ only, got {', '.join(outside) or 'none'}"
+    with tempfile.TemporaryDirectory(prefix="fp4ops-ab-check-") as scratch:
+        root = pathlib.Path(scratch) / "tree"
+        shutil.copytree(REPO / "csrc", root / "csrc", ignore=COPY_EXCLUDES)
+        try:
+            apply_patches(root, patches)
+        except subprocess.CalledProcessError as error:
+            return f"does not apply to this tree's csrc: {error.stderr.strip()}"
+    return None
+
+
+def copy_with_patches(work: pathlib.Path, patches: list[pathlib.Path], side: str) -> pathlib.Path:
+    """This tree at work/<side> with the patches applied to its csrc."""
+    target = copy_with_base_kernels(None, work, REPO / "csrc", side=side)
+    apply_patches(target, patches)
     return target
 
 
@@ -258,8 +305,9 @@ def parse_env_side(spec: str, taken) -> tuple[str, dict[str, str]]:
 
 
 def plan(base: str | None, base_csrc: pathlib.Path | None, also: dict[str, pathlib.Path], env_sides: dict[str, dict[str, str]],
-         rounds: int, bench: str, bench_args: list[str]) -> str:
+         rounds: int, bench: str, bench_args: list[str], patch_sides: dict[str, list[pathlib.Path]] | None = None) -> str:
     """What an A/B with these (checked) arguments would build and run, in words (--plan)."""
+    patch_sides = patch_sides or {}
     if base is None and base_csrc is None:
         sides = [("base", "this tree's build")]
         builds = ["this tree"]
@@ -268,6 +316,9 @@ def plan(base: str | None, base_csrc: pathlib.Path | None, also: dict[str, pathl
         sides = [("new", "this tree's build"), ("base", f"this tree with {kernels}")]
         sides += [(name, f"this tree with {folder}") for name, folder in also.items()]
         builds = ["this tree", f"base ({kernels})", *(f"{name} ({folder})" for name, folder in also.items())]
+    patched = {name: " + ".join(str(patch) for patch in patches) for name, patches in patch_sides.items()}
+    sides += [(name, f"this tree with {files} applied") for name, files in patched.items()]
+    builds += [f"{name} (this tree + {files})" for name, files in patched.items()]
     built = [name for name, _ in sides]
     sides += [(name, "this tree's build, with " + " ".join(f"{k}={v}" for k, v in variables.items()))
               for name, variables in env_sides.items()]
@@ -289,6 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     base.add_argument("--base-csrc", type=pathlib.Path, help="folder holding the 'base' side's csrc")
     parser.add_argument("--also", action="append", default=[], metavar="NAME=CSRC",
                         help="one more side: this tree with the csrc folder CSRC, named NAME (repeatable)")
+    parser.add_argument("--patch", action="append", default=[], metavar="NAME=FILE[,FILE...]",
+                        help="one more side: this tree with these patch files (changes under csrc/) applied in order, "
+                             "named NAME (repeatable); without --base or --base-csrc, this tree runs as 'base'")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VAR=VALUE[,VAR=VALUE...]",
                         help="one more side: this tree's build run with these environment variables, named NAME "
                              "(repeatable); without --base or --base-csrc, the A/B builds only this tree, "
@@ -312,8 +366,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--rounds must be at least 1")
     if args.time_budget is not None and args.time_budget <= 0:
         parser.error("--time-budget must be positive")
-    if args.base is None and args.base_csrc is None and not args.env:
-        parser.error("give --base, --base-csrc or at least one --env side")
+    if args.base is None and args.base_csrc is None and not args.env and not args.patch:
+        parser.error("give --base, --base-csrc or at least one --patch or --env side")
     if args.also and args.base is None and args.base_csrc is None:
         parser.error("--also needs --base or --base-csrc")
     also: dict[str, pathlib.Path] = {}
@@ -324,10 +378,19 @@ def main(argv: list[str] | None = None) -> None:
         if not (pathlib.Path(folder) / "cuda").is_dir():
             parser.error(f"--also {spec}: expected a csrc folder (with cuda/ in it)")
         also[name] = pathlib.Path(folder).resolve()
+    patch_sides: dict[str, list[pathlib.Path]] = {}
+    for spec in args.patch:
+        name, _, files = spec.partition("=")
+        if (error := side_name_error(name, [*also, *patch_sides])) is not None:
+            parser.error(f"--patch {spec}: {error}")
+        patches = [pathlib.Path(file).resolve() for file in files.split(",") if file]
+        if (error := patch_error(patches) if patches else "expected NAME=FILE[,FILE...]") is not None:
+            parser.error(f"--patch {spec}: {error}")
+        patch_sides[name] = patches
     env_sides: dict[str, dict[str, str]] = {}
     for spec in args.env:
         try:
-            name, variables = parse_env_side(spec, [*also, *env_sides])
+            name, variables = parse_env_side(spec, [*also, *patch_sides, *env_sides])
         except ValueError as error:
             parser.error(f"--env {spec}: {error}")
         env_sides[name] = variables
@@ -339,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"lack recent commits); export its kernels with `git archive {args.base} csrc | tar -x -C DIR` "
                      "where the revision exists, and pass --base-csrc DIR/csrc")
     if args.plan:
-        print(plan(args.base, base_csrc, also, env_sides, args.rounds, args.bench, bench_args))
+        print(plan(args.base, base_csrc, also, env_sides, args.rounds, args.bench, bench_args, patch_sides))
         return
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="fp4ops-ab-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -348,12 +411,14 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.base is None and base_csrc is None:
         trees = {"base": REPO}
-        print(f"building this tree (log in {out}) ...", flush=True)
+        what = "this tree"
     else:
         trees = {"new": REPO, "base": copy_with_base_kernels(args.base, work, base_csrc)}
         trees.update({name: copy_with_base_kernels(None, work, folder, side=name) for name, folder in also.items()})
-        others = "".join(f" and {folder}" for folder in also.values())
-        print(f"building this tree, {args.base or base_csrc}'s csrc{others} (logs in {out}) ...", flush=True)
+        what = f"this tree, {args.base or base_csrc}'s csrc" + "".join(f" and {folder}" for folder in also.values())
+    trees.update({name: copy_with_patches(work, patches, name) for name, patches in patch_sides.items()})
+    what += "".join(f" and this tree + {' + '.join(p.name for p in patches)}" for patches in patch_sides.values())
+    print(f"building {what} (logs in {out}) ...", flush=True)
     build_both(trees, out)
     trees.update({name: REPO for name in env_sides})  # each runs the build of this tree made above
     summarize_runs = summarize_decode if args.bench == "decode" else summarize

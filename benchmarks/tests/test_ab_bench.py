@@ -348,3 +348,78 @@ def test_plan_rejects_what_a_run_would(tmp_path, capsys):
     ab_bench.main(["--plan", "--env", "carve=X=1", "--bench", "decode"])
     text = capsys.readouterr().out
     assert "builds (1, at once): this tree" in text and "(the --env sides run the build of 'base')" in text
+
+
+def write_patch(path: pathlib.Path, relative: str, before: str, after: str) -> pathlib.Path:
+    """A unified diff of the file at `relative` (git's a/ b/ prefixes) from `before` to `after`."""
+    import difflib
+
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=f"a/{relative}", tofile=f"b/{relative}")
+    path.write_text("".join(lines))
+    return path
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git (`git apply`)")
+PATCHED = "csrc/cuda/gemv_mma.cuh"
+
+
+@needs_git
+def test_patch_side_is_this_tree_with_its_patches_applied_in_order(tmp_path):
+    source = (REPO / PATCHED).read_text()
+    first = write_patch(tmp_path / "first.patch", PATCHED, source, source + "// first\n")
+    second = write_patch(tmp_path / "second.patch", PATCHED, source + "// first\n", source + "// first\n// second\n")
+    assert ab_bench.patch_error([first, second]) is None
+    target = ab_bench.copy_with_patches(tmp_path / "work", [first, second], "probe")
+    assert target == tmp_path / "work" / "probe" and (target / "setup.py").is_file()
+    assert (target / PATCHED).read_text() == source + "// first\n// second\n"
+    assert (REPO / PATCHED).read_text() == source  # this tree untouched
+    # The second alone does not apply to this tree; nor do the two the other way round.
+    assert "does not apply" in ab_bench.patch_error([second])
+    assert "does not apply" in ab_bench.patch_error([second, first])
+
+
+@needs_git
+def test_patch_must_change_csrc_only_and_exist(tmp_path):
+    readme = "benchmarks/README.md"
+    text = (REPO / readme).read_text()
+    outside = write_patch(tmp_path / "outside.patch", readme, text, text + "more\n")
+    assert "under csrc/ only" in ab_bench.patch_error([outside]) and readme in ab_bench.patch_error([outside])
+    assert "no such file" in ab_bench.patch_error([tmp_path / "missing.patch"])
+    (tmp_path / "empty.patch").write_text("not a diff\n")
+    assert "not a patch" in ab_bench.patch_error([tmp_path / "empty.patch"])
+
+
+@needs_git
+def test_patch_sides_build_beside_this_tree_which_runs_as_base(tmp_path, monkeypatch, capsys):
+    source = (REPO / PATCHED).read_text()
+    patch = write_patch(tmp_path / "probe.patch", PATCHED, source, source + "// probe\n")
+    built, ran = [], []
+    monkeypatch.setattr(ab_bench, "copy_with_patches", lambda work, patches, side: tmp_path / side)
+    monkeypatch.setattr(ab_bench, "build_both", lambda trees, out: built.append(dict(trees)))
+
+    def fake_run(tree, bench_args, run_dir, bench="suite", extra_env=None):
+        ran.append((tree, run_dir.name, extra_env))
+        write_decode_run(run_dir, [(4096, 4096, "nvfp4", "bfloat16", 1, 6.0 if tree != REPO else 6.6)])
+
+    monkeypatch.setattr(ab_bench, "run_bench", fake_run)
+    out = tmp_path / "out"
+    ab_bench.main(["--patch", f"probe={patch}", "--env", "carve=X=1", "--bench", "decode", "--rounds", "1",
+                   "--out", str(out), "--work", str(tmp_path / "w")])
+    assert built == [{"base": REPO, "probe": tmp_path / "probe"}]
+    assert ran == [(REPO, "base1", None), (tmp_path / "probe", "probe1", None), (REPO, "carve1", {"X": "1"})]
+    lines = (out / "ab_summary.md").read_text().splitlines()
+    assert lines[0].endswith("| probe / base | carve / base |") and f"| {6.6 / 6.0:.3f}x |" in lines[2]
+    # --plan checks that the files apply in order as a run would: the same patch twice does not.
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--plan", "--patch", f"probe={patch},{patch}"])
+    assert "does not apply" in capsys.readouterr().err
+    ab_bench.main(["--plan", "--patch", f"probe={patch}", "--bench", "decode"])
+    text = capsys.readouterr().out
+    assert f"probe: this tree with {patch} applied" in text and f"probe (this tree + {patch})" in text
+
+
+@pytest.mark.parametrize("spec", ["base=x.patch", "probe2=x.patch", "probe=", "=x.patch"])
+def test_patch_rejects_bad_sides(tmp_path, spec):
+    with pytest.raises(SystemExit):
+        ab_bench.main(["--patch", spec, "--plan"])
