@@ -36,6 +36,14 @@ def check_no_grad(x, name: str, function: str) -> None:
                            f"call it under torch.no_grad() or pass {name}.detach()")
 
 
+def without_grad(t):
+    """t as an op without a backward takes it (the quantizers' and producers' inputs, which may
+    require grad: a weight, an RMSNorm's Parameter): detached where it requires grad, so that no
+    output carries a backward the op does not have; else t itself (a detach is a dispatched op,
+    host time on every call of a decode step). Anything but a tensor passes through."""
+    return t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t
+
+
 def check_last_dim_multiple(x: torch.Tensor, multiple: int, what: str, name: str = "x") -> None:
     if x.shape[-1] % multiple != 0:
         raise ValueError(f"{name}: expected the last dimension to be a multiple of {multiple} ({what}), got {x.shape[-1]}")

@@ -19,6 +19,7 @@ from ._checks import (
     check_tensor,
     check_unswizzle_args,
     global_scale_tensor,
+    without_grad,
 )
 from ._formats import MXFP4_BLOCK, NVFP4_BLOCK, global_scale_from_amax, hadamard_sign_mask, sign_mask_of_seed
 from .tensor import MXFP4Tensor, NVFP4Tensor
@@ -38,15 +39,9 @@ def _group_global_scale(x: torch.Tensor, group) -> torch.Tensor:
 
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("amax_group: torch.distributed is not initialized")
-    group_amax = torch.ops.fp4ops.amax(x.detach())
+    group_amax = torch.ops.fp4ops.amax(without_grad(x))
     dist.all_reduce(group_amax, op=dist.ReduceOp.MAX, group=group)
     return global_scale_from_amax(group_amax)
-
-
-def _detached(global_scale: torch.Tensor | None) -> torch.Tensor | None:
-    """A given global scale as the quantizers pass it: detached where it requires grad, so that no
-    output (the scales are computed from it) carries a backward the ops do not have."""
-    return global_scale.detach() if global_scale is not None and global_scale.requires_grad else global_scale
 
 
 def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear", amax_group=None,
@@ -84,14 +79,14 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
             raise ValueError("amax_group: the group amax is of x itself; it cannot be combined with hadamard")
         global_scale = _group_global_scale(x, amax_group)
     recipe = _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset)
-    g_in = _detached(global_scale_tensor(global_scale, x))
+    g_in = without_grad(global_scale_tensor(global_scale, x))
     if recipe is None:
-        data, scales, g = torch.ops.fp4ops.quantize_nvfp4(x.detach(), g_in, scale_layout)
+        data, scales, g = torch.ops.fp4ops.quantize_nvfp4(without_grad(x), g_in, scale_layout)
     else:
         if block_2d and x.dim() < 2:
             raise ValueError(f"x: 16x16 block scaling needs at least 2 dimensions, got shape {tuple(x.shape)}")
-        data, scales, g, *_ = torch.ops.fp4ops.quantize_nvfp4_recipe(x.detach(), g_in, scale_layout, True, False, *recipe)
-    return NVFP4Tensor(data, scales, g.detach(), scale_layout)
+        data, scales, g, *_ = torch.ops.fp4ops.quantize_nvfp4_recipe(without_grad(x), g_in, scale_layout, True, False, *recipe)
+    return NVFP4Tensor(data, scales, g, scale_layout)
 
 
 def quantize_nvfp4_rowwise_columnwise(x: torch.Tensor, global_scale=None, *, scale_layout: str = "linear",
@@ -108,10 +103,10 @@ def quantize_nvfp4_rowwise_columnwise(x: torch.Tensor, global_scale=None, *, sca
     if x.dim() < 2 or x.shape[-2] % NVFP4_BLOCK != 0:
         raise ValueError(f"x: the columnwise output needs rows (dimension -2) a multiple of 16, got shape {tuple(x.shape)}")
     recipe = _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset) or (False, -1, None, 0)
-    outs = torch.ops.fp4ops.quantize_nvfp4_recipe(x.detach(), _detached(global_scale_tensor(global_scale, x)),
+    outs = torch.ops.fp4ops.quantize_nvfp4_recipe(without_grad(x), without_grad(global_scale_tensor(global_scale, x)),
                                                   scale_layout, True, True, *recipe)
-    return (NVFP4Tensor(outs[0], outs[1], outs[2].detach(), scale_layout),
-            NVFP4Tensor(outs[3], outs[4], outs[5].detach(), scale_layout))
+    return (NVFP4Tensor(outs[0], outs[1], outs[2], scale_layout),
+            NVFP4Tensor(outs[3], outs[4], outs[5], scale_layout))
 
 
 def _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset):
@@ -149,7 +144,7 @@ def quantize_mxfp4(x: torch.Tensor, *, scale_rule: str = "floor", scale_layout: 
     check_last_dim_multiple(x, MXFP4_BLOCK, "the MXFP4 block")
     check_scale_rule(scale_rule)
     check_scale_layout(scale_layout)
-    data, scales = torch.ops.fp4ops.quantize_mxfp4(x.detach(), scale_rule, scale_layout)
+    data, scales = torch.ops.fp4ops.quantize_mxfp4(without_grad(x), scale_rule, scale_layout)
     return MXFP4Tensor(data, scales, scale_layout)
 
 

@@ -7,12 +7,12 @@ bit, `quantize_nvfp4` / `quantize_mxfp4` of that intermediate.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 
-from ._checks import check_float_input, check_same_device, check_scale_layout, check_scale_rule, check_tensor, global_scale_tensor
+from ._checks import (check_float_input, check_same_device, check_scale_layout, check_scale_rule, check_tensor,
+                      global_scale_tensor, without_grad)
 from ._formats import FORMATS
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
@@ -34,16 +34,6 @@ def _check_target(format, global_scale, scale_rule, scale_layout, x):
 def _check_width(width: int, block: int, format: str, what: str) -> None:
     if width % block != 0:
         raise ValueError(f"x: expected {what} to be a multiple of {block} (the {format.upper()} block), got {width}")
-
-
-def _outputs_without_grad(*inputs) -> contextlib.AbstractContextManager:
-    """torch.no_grad() where an input requires grad and grad mode is on (an RMSNorm's weight is
-    usually a Parameter), so that no output carries a backward the ops do not have; elsewhere a
-    null context: torch.no_grad() costs a microsecond or two of host time on every call, which a
-    decode step pays for each of its layers."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
-        return torch.no_grad()
-    return contextlib.nullcontext()
 
 
 def _wrap(format, data, scales, g, scale_layout):
@@ -79,9 +69,9 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, 
         if residual.shape != x.shape:
             raise ValueError(f"residual: expected shape {tuple(x.shape)} (x's shape), got {tuple(residual.shape)}")
         check_same_device(residual, x, "residual", "x")
-    with _outputs_without_grad(x, weight, residual, g):
-        data, scales, g_out, new_residual, _ = torch.ops.fp4ops.rms_norm_quantize(
-            x, weight, float(eps), residual, format, g, scale_rule, scale_layout, False)
+    data, scales, g_out, new_residual, _ = torch.ops.fp4ops.rms_norm_quantize(
+        without_grad(x), without_grad(weight), float(eps), without_grad(residual), format, without_grad(g), scale_rule,
+        scale_layout, False)
     q = _wrap(format, data, scales, g_out, scale_layout)
     return q if residual is None else (q, new_residual)
 
@@ -96,6 +86,6 @@ def silu_mul_quantize(x: torch.Tensor, *, format: str = "nvfp4", global_scale=No
     if x.shape[-1] % 2 != 0:
         raise ValueError(f"x: expected an even last dimension (gate, then up), got {x.shape[-1]}")
     _check_width(x.shape[-1] // 2, block, format, "half the last dimension (the gate and up width H)")
-    with _outputs_without_grad(x, g):
-        data, scales, g_out, _ = torch.ops.fp4ops.silu_mul_quantize(x, format, g, scale_rule, scale_layout, False)
+    data, scales, g_out, _ = torch.ops.fp4ops.silu_mul_quantize(without_grad(x), format, without_grad(g), scale_rule,
+                                                              scale_layout, False)
     return _wrap(format, data, scales, g_out, scale_layout)
