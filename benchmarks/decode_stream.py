@@ -7,6 +7,7 @@
     python -m benchmarks.decode_stream --batch-invariant ...  # FP4Linear(batch_invariant=True) throughout
     python -m benchmarks.decode_stream --bias ...             # every layer of the shapes with a bias
     python -m benchmarks.decode_stream --dtypes fp4 --llama-only  # the W4A4 Llama stacks only
+    python -m benchmarks.decode_stream --rows 1 --with-gemv   # one row against fp4ops.gemv too
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, and at least 8 (--min-layers), called back to back in one CUDA graph with no
@@ -20,7 +21,10 @@ Implementations, each on the same x:
   rows); with `--dtypes fp4` (W4A4), `fp4ops.linear` of x quantized to the weight's format once
   before the graph (as a fused producer would hand it over), bf16 out, at the kernel family's rows
   (<= 64);
-- `dequant`: dequantize the FP4 weight, then F.linear (the floor FP4 must never be slower than).
+- `dequant`: dequantize the FP4 weight, then F.linear (the floor FP4 must never be slower than);
+- `gemv` (one row, with --with-gemv): fp4ops.gemv on the FP4 layers' own weights and x, out in
+  x's dtype (bf16 for FP4 x): the one-row GEMV kernel, free of the kernel family's batch
+  invariance (docs/performance.md, "Linear: dispatch and bounds", says what that costs).
 The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
 At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
 scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gate, up, down) for
@@ -37,6 +41,7 @@ On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import pathlib
@@ -93,9 +98,10 @@ def make_layers(shapes: list[tuple[int, int]], copies: int, fmt: str, dtype: tor
     return fp4_layers, dense_layers
 
 
-def implementations(fp4_layers: list, dense_layers: list, fp4_x=None) -> dict:
+def implementations(fp4_layers: list, dense_layers: list, fp4_x=None, with_gemv: bool = False) -> dict:
     """name -> a callable running x through every layer in turn (each layer's own input: a decode
-    step's linears do not feed each other's shapes). fp4_x: the FP4 layers take it (W4A4) instead."""
+    step's linears do not feed each other's shapes). fp4_x: the FP4 layers take it (W4A4) instead.
+    with_gemv (one row of x): also "gemv", fp4ops.gemv of each FP4 layer's weight and that row."""
     def run_fp4(x):
         if fp4_x is not None:
             return [fp4ops.linear(fp4_x, layer.quantized_weight(), layer.bias, out_dtype=torch.bfloat16,
@@ -108,7 +114,16 @@ def implementations(fp4_layers: list, dense_layers: list, fp4_x=None) -> dict:
     def run_dequant(x):
         return [F.linear(x, layer.quantized_weight().dequantize(x.dtype), layer.bias) for layer in fp4_layers]
 
-    return {"bf16": run_dense, "fp4": run_fp4, "dequant": run_dequant}
+    def run_gemv(x):
+        # The row as the GEMV's B: [K] (an FP4 x's codes and linear scales, row 0).
+        b, out_dtype = ((dataclasses.replace(fp4_x, data=fp4_x.data[0], scales=fp4_x.scales[0]), torch.bfloat16)
+                        if fp4_x is not None else (x[0], x.dtype))
+        return [fp4ops.gemv(layer.quantized_weight(), b, out_dtype=out_dtype) for layer in fp4_layers]
+
+    impls = {"bf16": run_dense, "fp4": run_fp4, "dequant": run_dequant}
+    if with_gemv:
+        impls["gemv"] = run_gemv
+    return impls
 
 
 def captured_graph(fn, x: torch.Tensor, device: torch.device) -> torch.cuda.CUDAGraph:
@@ -142,9 +157,11 @@ def target_for(rows: int) -> float | None:
 
 
 def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_only: bool = False,
-                  batch_invariant: bool = False, bias: bool = False, min_layers: int = MIN_LAYERS) -> list[dict]:
+                  batch_invariant: bool = False, bias: bool = False, min_layers: int = MIN_LAYERS,
+                  with_gemv: bool = False) -> list[dict]:
     """x_kind: "bfloat16", "float16", or "fp4" (x in the weight's format, bf16 for the baselines).
-    fp4_only: time the FP4 layers alone (an A/B of kernels, whose baselines do not change)."""
+    fp4_only: time the FP4 layers alone (an A/B of kernels, whose baselines do not change).
+    with_gemv: at one row, time fp4ops.gemv on the same weights too (row key "gemv_us")."""
     n, k = shape
     fp4_x = x_kind == "fp4"
     dtype = torch.bfloat16 if fp4_x else getattr(torch, x_kind)
@@ -154,9 +171,9 @@ def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_
     for rows in rows_list:
         x = torch.randn(rows, k, device=timer.device, dtype=dtype)
         xq = (fp4ops.quantize_nvfp4(x) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(x)) if fp4_x else None
-        impls = implementations(fp4_layers, dense, xq)
+        impls = implementations(fp4_layers, dense, xq, with_gemv and rows == 1)
         if fp4_only:
-            impls = {"fp4": impls["fp4"]}
+            impls = {name: fn for name, fn in impls.items() if name in ("fp4", "gemv")}
         us = {name: time_stream(fn, x, timer) / copies for name, fn in impls.items()}
         row = {"n": n, "k": k, "format": fmt, "dtype": x_kind, "rows": rows, "layers": copies,
                **{f"{name}_us": value for name, value in us.items()}, "target": target_for(rows)}
@@ -170,6 +187,7 @@ def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_
         rows_out.append(row)
         baselines = "" if fp4_only else (f", bf16 {us['bf16']:8.2f} us, dequant {us['dequant']:8.2f} us -> "
                                          f"{row['speedup_vs_bf16']:.2f}x")
+        baselines += f", gemv {us['gemv']:8.2f} us" if "gemv" in us else ""
         print(f"  {n:>6} x {k:<6} {fmt} {row['dtype']:<8} rows {rows:>5}: fp4 {us['fp4']:8.2f} us{baselines}"
               + (f", {row['pct_of_copy']:.1f}% of copy" if "pct_of_copy" in row else ""), flush=True)
     del fp4_layers, dense
@@ -218,6 +236,14 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['n']} x {r['k']} | {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_us']:.2f} | {cell(r, 'bf16_us', '.2f')} | "
                      f"{cell(r, 'dequant_us', '.2f')} | {cell(r, 'speedup_vs_bf16', '.2f', 'x')} | {target} | "
                      f"{cell(r, 'speedup_vs_dequant', '.2f', 'x')} | {cell(r, 'pct_of_copy', '.1f')} |")
+    against_gemv = [r for r in result["rows"] if "gemv_us" in r]
+    if against_gemv:
+        lines += ["", "One row against fp4ops.gemv on the same weights (the one-row GEMV kernel, whose rows the "
+                  "kernel family's batch invariance does not bind):", "",
+                  "| N x K | format | x | FP4Linear us | GEMV us | FP4Linear / GEMV |", "|---|---|---|---|---|---|"]
+        for r in against_gemv:
+            lines.append(f"| {r['n']} x {r['k']} | {r['format']} | {r['dtype']} | {r['fp4_us']:.2f} | {r['gemv_us']:.2f} | "
+                         f"{r['fp4_us'] / r['gemv_us']:.3f} |")
     if result["llama"]:
         lines += ["", "Llama-3.1-8B, the linears of all 32 layers per decode step (nothing else):", "",
                   "| format | x | batch | FP4Linear tokens/s | bf16 tokens/s | ratio |", "|---|---|---|---|---|---|"]
@@ -331,10 +357,14 @@ def main(argv: list[str] | None = None) -> dict:
                    help="FP4Linear(batch_invariant=True): the kernel family in row chunks at every row count")
     p.add_argument("--bias", action="store_true",
                    help="every layer of --shapes with a bias in x's dtype (the Llama stack has none)")
+    p.add_argument("--with-gemv", action="store_true",
+                   help="at one row, also time fp4ops.gemv on the same weights (not with --bias: the GEMV takes none)")
     p.add_argument("--min-layers", type=int, default=MIN_LAYERS,
                    help=f"distinct layers a graph at least (default {MIN_LAYERS}; more where 4x the L2 needs them)")
     add_run_arguments(p)
     args = p.parse_args(argv)
+    if args.with_gemv and args.bias:
+        p.error("--with-gemv: fp4ops.gemv takes no bias, so it cannot stand in for layers with one (--bias)")
     device = run_device(args)
     cuda = device.type == "cuda"
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes else (SHAPES if cuda else [(256, 512)])
@@ -357,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
                     rows_here = [r for r in rows_list if r <= FP4_X_MAX_ROWS] if x_kind == "fp4" else rows_list
                     for shape in shapes:
                         result["rows"] += measure_shape(shape, fmt, x_kind, rows_here, timer, ceilings, l2_bytes, args.fp4_only,
-                                                        args.batch_invariant, args.bias, args.min_layers)
+                                                        args.batch_invariant, args.bias, args.min_layers, args.with_gemv)
                         json_path.write_text(json.dumps(result, indent=1))
                         if cuda:
                             torch.cuda.empty_cache()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
+
+import fp4ops
 
 from benchmarks import decode_stream
 
@@ -128,3 +131,40 @@ def test_fp4_x_also_runs_the_w4a4_layers(tmp_path):
     assert "W4A4 tokens/s" in text and "| mxfp4 | 2 |" in text and "| nvfp4 own g | 2 |" in text
     plain = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--llama-only", "--tag", "plain"])
     assert plain["llama_w4a4"] == [] and "W4A4" not in (tmp_path / "decode_plain.md").read_text()
+
+
+def test_with_gemv_times_the_gemv_at_one_row(tmp_path):
+    """--with-gemv adds fp4ops.gemv on the same weights at one row (dense and FP4 x), and its table."""
+    result = decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1", "2",
+                                 "--formats", "nvfp4", "mxfp4", "--dtypes", "bfloat16", "fp4", "--no-llama",
+                                 "--fp4-only", "--with-gemv", "--tag", "test"])
+    assert len(result["rows"]) == 8
+    for row in result["rows"]:
+        assert ("gemv_us" in row) == (row["rows"] == 1) and row["fp4_us"] > 0
+        assert row.get("gemv_us", 1.0) > 0
+    text = (tmp_path / "decode_test.md").read_text()
+    assert "| 64 x 128 | nvfp4 | fp4 |" in text.split("One row against fp4ops.gemv")[1]
+    assert sum(line.startswith("| 64 x 128 |") for line in text.split("One row against fp4ops.gemv")[1].splitlines()) == 4
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("fp4_x", [False, True])
+def test_with_gemv_runs_the_gemv_on_the_layers_own_weights(fmt, fp4_x):
+    """Each layer's GEMV output is fp4ops.gemv of that layer's weight and x's row (quantized on its
+    own where x is FP4), in x's dtype (bf16 for FP4 x)."""
+    quantize = fp4ops.quantize_nvfp4 if fmt == "nvfp4" else fp4ops.quantize_mxfp4
+    fp4_layers, dense = decode_stream.make_layers([(32, 64)], 2, fmt, torch.float16, "cpu")
+    x = torch.randn(1, 64, dtype=torch.float16)
+    b, out_dtype = (quantize(x[0]), torch.bfloat16) if fp4_x else (x[0], torch.float16)
+    outs = decode_stream.implementations(fp4_layers, dense, quantize(x) if fp4_x else None, with_gemv=True)["gemv"](x)
+    assert len(outs) == 2
+    for layer, y in zip(fp4_layers, outs):
+        assert y.dtype == out_dtype and y.shape == (32,)
+        torch.testing.assert_close(y, fp4ops.gemv(layer.quantized_weight(), b, out_dtype=out_dtype), rtol=0, atol=0)
+    assert "gemv" not in decode_stream.implementations(fp4_layers, dense)
+
+
+def test_with_gemv_refuses_layers_with_a_bias(capsys):
+    with pytest.raises(SystemExit):
+        decode_stream.main(["--device", "cpu", "--rows", "1", "--with-gemv", "--bias"])
+    assert "--with-gemv" in capsys.readouterr().err
