@@ -24,7 +24,7 @@ Implementations, each on the same x:
 - `dequant`: dequantize the FP4 weight, then F.linear (the floor FP4 must never be slower than);
 - `gemv` (one row, with --with-gemv): fp4ops.gemv on the FP4 layers' own weights and x, out in
   x's dtype (bf16 for FP4 x): the one-row GEMV kernel, free of the kernel family's batch
-  invariance (docs/performance.md, "Linear: dispatch and bounds", says what that costs).
+  invariance (docs/performance.md, "Linear decode stream", says what that costs).
 The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
 At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
 scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gate, up, down) for
