@@ -8,6 +8,7 @@
     python -m benchmarks.decode_stream --bias ...             # every layer of the shapes with a bias
     python -m benchmarks.decode_stream --dtypes fp4 --llama-only  # the W4A4 Llama stacks only
     python -m benchmarks.decode_stream --rows 1 --with-gemv   # one row against fp4ops.gemv too
+    python -m benchmarks.decode_stream --render benchmarks/results/decode_h200.json  # its table again
 
 How (docs/performance.md, "Targets"): per (N, K), enough distinct weights that their FP4 bytes are
 at least 4x the L2, and at least 8 (--min-layers), called back to back in one CUDA graph with no
@@ -26,13 +27,16 @@ Implementations, each on the same x:
   x's dtype (bf16 for FP4 x): the one-row GEMV kernel, free of the kernel family's batch
   invariance (docs/performance.md, "Linear decode stream", says what that costs).
 The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
-At one row, the FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes,
-scales, x and y. The Llama stack is one decoder layer's linears (q, k, v, o, gate, up, down) for
-4 layers, timed the same way; tokens/s is rows / (time of the stack x 8), i.e. the linears of the
-32-layer model and nothing else (no attention, norms or sampling). With fp4 among --dtypes, the
-Llama layers also run in W4A4 with fp4ops' fused producers feeding the linears, against the same
-chain unfused and the layers in torch bf16 (benchmarks/w4a4_layers.py: attention left out, the norms
-and SiLU-mul in; NVFP4 with static activation scales, and with each op's own as "nvfp4 own g").
+The FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes, scales, x and y
+(the JSON keeps it at one row, where the targets set one); the table also gives the share those
+bytes would need to meet the row count's speed-up target over the same run's bf16 time, which says
+where a target asks for more than the memory delivers. The Llama stack is one decoder layer's
+linears (q, k, v, o, gate, up, down) for 4 layers, timed the same way; tokens/s is rows / (time of
+the stack x 8), i.e. the linears of the 32-layer model and nothing else (no attention, norms or
+sampling). With fp4 among --dtypes, the Llama layers also run in W4A4 with fp4ops' fused producers
+feeding the linears, against the same chain unfused and the layers in torch bf16
+(benchmarks/w4a4_layers.py: attention left out, the norms and SiLU-mul in; NVFP4 with static
+activation scales, and with each op's own as "nvfp4 own g").
 
 Writes decode_<tag>.json (after every shape), decode_<tag>.md and decode_<tag>.png under --out.
 On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code only.
@@ -77,6 +81,27 @@ MIN_LAYERS = 8
 
 def fp4_weight_bytes(n: int, k: int, fmt: str) -> int:
     return n * k // 2 + n * k // (16 if fmt == "nvfp4" else 32)
+
+
+def layer_bytes(n: int, k: int, fmt: str, x_kind: str, rows: int) -> int:
+    """What one layer's call moves at least: the FP4 weight (codes and scales), x (bf16/fp16, or in
+    the weight's format for FP4 x) and y (x's dtype, bf16 for FP4 x: two bytes an element)."""
+    x_bytes = fp4_weight_bytes(rows, k, fmt) if x_kind == "fp4" else rows * k * 2
+    return fp4_weight_bytes(n, k, fmt) + x_bytes + rows * n * 2
+
+
+def share_of_copy(row: dict, us: float, copy_gbs: float) -> float:
+    """Per cent of the same-run copy bandwidth at which the row's layer bytes move in `us`."""
+    return 100 * layer_bytes(row["n"], row["k"], row["format"], row["dtype"], row["rows"]) / us / 1e3 / copy_gbs
+
+
+def target_share_of_copy(row: dict, copy_gbs: float) -> float | None:
+    """The share of copy FP4Linear's bytes would need to reach the row's speed-up target over the
+    same run's bf16 time (None where the row has no target or bf16 was not timed). Above ~95% no
+    kernel reaches it: the target asks for more than the memory delivers."""
+    if not row.get("target") or "bf16_us" not in row:
+        return None
+    return share_of_copy(row, row["bf16_us"] / row["target"], copy_gbs)
 
 
 def layer_count(n: int, k: int, fmt: str, l2_bytes: int, minimum: int = 2) -> int:
@@ -181,9 +206,7 @@ def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_
             row["speedup_vs_bf16"] = us["bf16"] / us["fp4"]
             row["speedup_vs_dequant"] = us["dequant"] / us["fp4"]
         if rows == 1:
-            x_bytes = fp4_weight_bytes(1, k, fmt) if fp4_x else k * x.element_size()
-            moved = fp4_weight_bytes(n, k, fmt) + x_bytes + n * x.element_size()
-            row["pct_of_copy"] = 100 * moved / us["fp4"] / 1e3 / ceilings["copy"]
+            row["pct_of_copy"] = share_of_copy(row, us["fp4"], ceilings["copy"])
         rows_out.append(row)
         baselines = "" if fp4_only else (f", bf16 {us['bf16']:8.2f} us, dequant {us['dequant']:8.2f} us -> "
                                          f"{row['speedup_vs_bf16']:.2f}x")
@@ -225,17 +248,26 @@ def cell(row: dict, key: str, spec: str, suffix: str = "") -> str:
 def markdown(result: dict) -> str:
     notes = " FP4Linear with batch_invariant=True." if result.get("batch_invariant") else ""
     notes += " Every layer of the shapes with a bias." if result.get("bias") else ""
+    copy_gbs = result.get("ceilings", {}).get("copy")
     lines = [f"# Decode stream: {result['banner_line']}", "",
-             f"Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).{notes}", "",
-             "| N x K | format | x | rows | FP4Linear us | bf16 us | dequant + linear us | vs bf16 | target | vs dequant | % of copy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"Per layer, distinct weights back to back in one CUDA graph (python -m benchmarks.decode_stream).{notes} "
+             "% of copy: the share of the same-run copy bandwidth at which the layer's bytes (FP4 weight, x and y) "
+             "move; target's %: the share they would need to move at to meet the speed-up target over this run's "
+             "bf16 time (past ~95%, more than the memory delivers).", "",
+             "| N x K | format | x | rows | FP4Linear us | bf16 us | dequant + linear us | vs bf16 | target | vs dequant | "
+             "% of copy | target's % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         target = "-"
         if r["target"] and "speedup_vs_bf16" in r:
             target = f">= {r['target']}x {'met' if r['speedup_vs_bf16'] >= r['target'] else 'NOT met'}"
+        shares = ["-", "-"]
+        if copy_gbs:
+            needed = target_share_of_copy(r, copy_gbs)
+            shares = [f"{share_of_copy(r, r['fp4_us'], copy_gbs):.1f}", "-" if needed is None else f"{needed:.1f}"]
         lines.append(f"| {r['n']} x {r['k']} | {r['format']} | {r['dtype']} | {r['rows']} | {r['fp4_us']:.2f} | {cell(r, 'bf16_us', '.2f')} | "
                      f"{cell(r, 'dequant_us', '.2f')} | {cell(r, 'speedup_vs_bf16', '.2f', 'x')} | {target} | "
-                     f"{cell(r, 'speedup_vs_dequant', '.2f', 'x')} | {cell(r, 'pct_of_copy', '.1f')} |")
+                     f"{cell(r, 'speedup_vs_dequant', '.2f', 'x')} | {' | '.join(shares)} |")
     against_gemv = [r for r in result["rows"] if "gemv_us" in r]
     if against_gemv:
         lines += ["", "One row against fp4ops.gemv on the same weights (the one-row GEMV kernel, whose rows the "
@@ -361,8 +393,15 @@ def main(argv: list[str] | None = None) -> dict:
                    help="at one row, also time fp4ops.gemv on the same weights (not with --bias: the GEMV takes none)")
     p.add_argument("--min-layers", type=int, default=MIN_LAYERS,
                    help=f"distinct layers a graph at least (default {MIN_LAYERS}; more where 4x the L2 needs them)")
+    p.add_argument("--render", metavar="JSON", type=pathlib.Path, default=None,
+                   help="no run: rebuild a saved run's table (decode_<tag>.md beside its JSON; the plot is left as it is)")
     add_run_arguments(p)
     args = p.parse_args(argv)
+    if args.render is not None:
+        result = json.loads(args.render.read_text())
+        args.render.with_suffix(".md").write_text(markdown(result))
+        print(markdown(result))
+        return result
     if args.with_gemv and args.bias:
         p.error("--with-gemv: fp4ops.gemv takes no bias, so it cannot stand in for layers with one (--bias)")
     device = run_device(args)

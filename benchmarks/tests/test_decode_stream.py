@@ -38,6 +38,37 @@ def test_cpu_run_writes_every_row(tmp_path):
     assert (tmp_path / "decode_test.png").stat().st_size > 0
 
 
+def test_layer_bytes_count_weight_x_and_y():
+    n, k = 256, 512
+    weight = {"nvfp4": n * k // 2 + n * k // 16, "mxfp4": n * k // 2 + n * k // 32}
+    for fmt in ("nvfp4", "mxfp4"):
+        assert decode_stream.layer_bytes(n, k, fmt, "bfloat16", 3) == weight[fmt] + 3 * k * 2 + 3 * n * 2
+        assert decode_stream.layer_bytes(n, k, fmt, "float16", 1) == weight[fmt] + k * 2 + n * 2
+        # FP4 x: its codes and scales in the weight's format; y in bf16.
+        assert decode_stream.layer_bytes(n, k, fmt, "fp4", 2) == weight[fmt] + 2 * weight[fmt] // n + 2 * n * 2
+
+
+def test_target_share_is_the_share_at_the_target_time():
+    """A layer that met its target exactly would move its bytes at the target's share of copy; no
+    share where the row has no target or bf16 was not timed."""
+    row = {"n": 4096, "k": 4096, "format": "nvfp4", "dtype": "bfloat16", "rows": 8, "bf16_us": 12.0, "target": 3.4}
+    needed = decode_stream.target_share_of_copy(row, 4000.0)
+    assert needed == pytest.approx(decode_stream.share_of_copy(row, 12.0 / 3.4, 4000.0), rel=1e-12)
+    assert needed == pytest.approx(100 * decode_stream.layer_bytes(4096, 4096, "nvfp4", "bfloat16", 8) / (12.0 / 3.4) / 4e6)
+    assert decode_stream.target_share_of_copy({**row, "target": None}, 4000.0) is None
+    assert decode_stream.target_share_of_copy({k: v for k, v in row.items() if k != "bf16_us"}, 4000.0) is None
+
+
+def test_render_rebuilds_a_saved_runs_table(tmp_path):
+    decode_stream.main(["--device", "cpu", "--out", str(tmp_path), "--shapes", "64,128", "--rows", "1", "2",
+                        "--formats", "nvfp4", "--no-llama", "--tag", "test"])
+    table = tmp_path / "decode_test.md"
+    written = table.read_text()
+    table.unlink()
+    decode_stream.main(["--render", str(tmp_path / "decode_test.json")])
+    assert table.read_text() == written and "target's %" in written
+
+
 def test_markdown_lists_the_llama_rows():
     result = {"banner_line": "GPU", "rows": [], "llama": [
         {"format": "nvfp4", "dtype": "bfloat16", "rows": 8, "fp4_tokens_per_s": 3000.0, "bf16_tokens_per_s": 1000.0}]}
@@ -62,7 +93,8 @@ def test_fp4_only_times_the_fp4_layers_alone(tmp_path):
     assert result["llama"] and all("bf16_tokens_per_s" not in row and row["fp4_tokens_per_s"] > 0 for row in result["llama"])
     text = (tmp_path / "decode_test.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| 64 x 128 | nvfp4 | bfloat16 | 2 |"))
-    assert row.endswith("| - | - | - | - | - | - |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5:10] == ["-"] * 5 and float(cells[10]) > 0 and cells[11] == "-"  # FP4's share, no target's
     assert "| nvfp4 | bfloat16 | 1 |" in text and text.rstrip().endswith("| - | - |")
     assert (tmp_path / "decode_test.png").stat().st_size > 0
 
