@@ -45,7 +45,6 @@ On the CPU (no GPU) it runs tiny shapes with a host clock, to exercise the code 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import pathlib
@@ -141,8 +140,7 @@ def implementations(fp4_layers: list, dense_layers: list, fp4_x=None, with_gemv:
 
     def run_gemv(x):
         # The row as the GEMV's B: [K] (an FP4 x's codes and linear scales, row 0).
-        b, out_dtype = ((dataclasses.replace(fp4_x, data=fp4_x.data[0], scales=fp4_x.scales[0]), torch.bfloat16)
-                        if fp4_x is not None else (x[0], x.dtype))
+        b, out_dtype = (fp4_x[0], torch.bfloat16) if fp4_x is not None else (x[0], x.dtype)
         return [fp4ops.gemv(layer.quantized_weight(), b, out_dtype=out_dtype) for layer in fp4_layers]
 
     impls = {"bf16": run_dense, "fp4": run_fp4, "dequant": run_dequant}

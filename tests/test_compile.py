@@ -81,6 +81,18 @@ def test_dynamic_shape_compile_matches_eager(fn, device):
         assert_outputs_match(compiled(x), fn(x), f"{fn.__name__}{shape}")
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_of_fp4_x_selected_in_a_compiled_function(device):
+    """An FP4 tensor's rows (its __getitem__) selected inside a fullgraph, dynamic compile: the
+    last tokens of a batch of FP4 activations through the linear, as a decode step does."""
+    torch._dynamo.reset()
+    w = fp4ops.quantize_nvfp4(torch.randn(48, 128, device=device))
+    compiled = torch.compile(lambda x, start: fp4ops.linear(x[:, start:], w), fullgraph=True, dynamic=True)
+    for rows, start in [(6, 2), (9, 4), (3, 0)]:
+        x = fp4ops.quantize_nvfp4(torch.randn(2, rows, 128, device=device))
+        assert_exact(compiled(x, start), fp4ops.linear(x, w)[:, start:])
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="mode='reduce-overhead' runs CUDA graphs: needs a GPU")
 @pytest.mark.parametrize("fn", ALL_FUNCTIONS)
 def test_reduce_overhead_mode_matches_eager(fn):

@@ -51,26 +51,13 @@ def activations(x_kind: str, fmt: str, shape: tuple, device: str):
     return quantize(x, fmt) if x_kind == "fp4" else x.to(getattr(torch, x_kind))
 
 
-def rows_of(x, index):
-    """Rows `index` of a dense or FP4 x (an FP4 x keeps its global scale). The scales are gathered
-    as bytes: torch 2.8 has no CPU index kernel for its float8 dtypes."""
-    if isinstance(x, torch.Tensor):
-        return x[index]
-    scales = x.scales.view(torch.uint8)[index].view(x.scales.dtype)
-    return dataclasses.replace(x, data=x.data[index], scales=scales)
-
-
 def one_row_calls(pool, w, **kwargs) -> torch.Tensor:
     """linear of each row of `pool` alone, stacked: the references of the batch-invariance tests."""
-    rows = pool.shape[0] if isinstance(pool, torch.Tensor) else pool.data.shape[0]
-    return torch.cat([fp4ops.linear(rows_of(pool, slice(i, i + 1)), w, **kwargs) for i in range(rows)])
+    return torch.cat([fp4ops.linear(pool[i:i + 1], w, **kwargs) for i in range(pool.shape[0])])
 
 
 def to_device(t, device: str):
-    if t is None or isinstance(t, torch.Tensor):
-        return None if t is None else t.to(device)
-    fields = {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
-    return dataclasses.replace(t, **{k: v.to(device) for k, v in fields.items() if isinstance(v, torch.Tensor)})
+    return None if t is None else t.to(device)
 
 
 @functools.cache
@@ -236,7 +223,7 @@ def test_leading_dimensions(device, fmt, x_kind):
         flat = x.reshape(6, 256)
     assert_exact(y.reshape(6, 40), fp4ops.linear(flat, w, bias))
     assert_within_bound(y, x, w, bias, y.dtype, device)
-    one = rows_of(flat, 4)  # a 1-D x [K] gives [N], as torch.nn.functional.linear does
+    one = flat[4]  # a 1-D x [K] gives [N], as torch.nn.functional.linear does
     assert_exact(fp4ops.linear(one, w, bias), y[1, 1])
 
 
@@ -265,8 +252,9 @@ def test_non_contiguous_x(device, m):
         assert not x.is_contiguous(), name
         assert_exact(fp4ops.linear(x, w), fp4ops.linear(x.contiguous(), w))
     xq = fp4ops.quantize_nvfp4(torch.randn(2 * m, k, device=device))
-    strided = dataclasses.replace(xq, data=xq.data[::2], scales=xq.scales[::2])
-    packed = dataclasses.replace(xq, data=xq.data[::2].contiguous(), scales=xq.scales[::2].contiguous())
+    strided = xq[::2]
+    packed = xq[torch.arange(0, 2 * m, 2, device=device)]  # an advanced index copies: contiguous
+    assert strided.data.data_ptr() == xq.data.data_ptr() and packed.data.is_contiguous()
     assert_exact(fp4ops.linear(strided, w), fp4ops.linear(packed, w))
 
 
@@ -378,7 +366,7 @@ def assert_rows_are_single_calls_within_bound(fmt: str, n: int, k: int, row_coun
     singles = one_row_calls(pool, w)
     for m in row_counts:
         assert_rows_match_single_calls(w, pool, singles, m)
-    x = rows_of(pool, slice(0, bound_rows))
+    x = pool[:bound_rows]
     assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")
     return w, pool, singles
 
@@ -386,7 +374,7 @@ def assert_rows_are_single_calls_within_bound(fmt: str, n: int, k: int, row_coun
 def assert_rows_match_single_calls(w, pool, singles: torch.Tensor, m: int, **kwargs) -> None:
     """linear of m random rows of pool equals, row by row, the one-row results `singles`."""
     index = torch.randperm(singles.shape[0])[:m]
-    y = fp4ops.linear(rows_of(pool, index.to(singles.device)), w, **kwargs)
+    y = fp4ops.linear(pool[index.to(singles.device)], w, **kwargs)
     matches = (y.view(torch.int16) == singles[index.to(singles.device)].view(torch.int16)).all(dim=1).cpu()
     assert matches.all(), f"M = {m}: rows {index[~matches].tolist()} of the pool differ from their one-row calls"
 
@@ -421,7 +409,7 @@ def test_long_k_ranges_agree_across_row_counts(fmt, x_kind):
     singles = one_row_calls(pool, w)
     for m in (2, 8, 9, 13, 16, 17, 27, 32, 33, 64):
         assert_rows_match_single_calls(w, pool, singles, m)
-    assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, getattr(torch, x_kind), "cuda")
+    assert_within_bound(singles[:4], pool[:4], w, None, getattr(torch, x_kind), "cuda")
 
 
 @requires_cuda
@@ -437,7 +425,7 @@ def test_row_chunks_of_a_small_grid_agree_across_row_counts(fmt, x_kind):
     singles = one_row_calls(pool, w)
     for m in (32, 33, 40, 47, 63, 64):
         assert_rows_match_single_calls(w, pool, singles, m)
-    assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
+    assert_within_bound(singles[:4], pool[:4], w, None, singles.dtype, "cuda")
 
 
 @requires_cuda
@@ -463,7 +451,7 @@ def test_each_row_independent_of_the_batch_up_to_128_rows_on_the_warpgroup_mma(n
         assert_rows_match_single_calls(w, pool, singles, m)
     for m in (129, 200):
         assert_rows_match_single_calls(w, pool, singles, m, batch_invariant=True)
-    assert_within_bound(singles[:4], rows_of(pool, slice(0, 4)), w, None, singles.dtype, "cuda")
+    assert_within_bound(singles[:4], pool[:4], w, None, singles.dtype, "cuda")
 
 
 @requires_cuda

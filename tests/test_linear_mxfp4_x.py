@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import requires_cuda, same_bits
-from test_linear import assert_within_bound, one_row_calls, rows_of
+from test_linear import assert_within_bound, one_row_calls
 
 import fp4ops
 
@@ -69,7 +69,7 @@ def test_results_are_those_of_the_bf16_dequantized_x(n, k, out_dtype):
     for name, w in weights(n, k).items():
         for m in (1, 5, 9, 16, 17, 33, 64):
             rows = torch.arange(m, device="cuda") % 16
-            y = fp4ops.linear(rows_of(pool, rows), w, out_dtype=out_dtype)
+            y = fp4ops.linear(pool[rows], w, out_dtype=out_dtype)
             assert same_bits(y, fp4ops.linear(dense[rows], w, out_dtype=out_dtype)), f"{name} weight, {m} rows"
 
 
@@ -85,7 +85,7 @@ def test_rows_match_single_calls_whatever_the_batch(n, k, out_dtype):
     for name, w in weights(n, k).items():
         singles = one_row_calls(pool, w, out_dtype=out_dtype)
         for rows in batches:
-            y = fp4ops.linear(rows_of(pool, torch.tensor(rows, device="cuda")), w, out_dtype=out_dtype)
+            y = fp4ops.linear(pool[torch.tensor(rows, device="cuda")], w, out_dtype=out_dtype)
             same = (y.view(as_int) == singles[rows].view(as_int)).all(dim=1).cpu()
             assert same.all(), f"{name} weight, batch {rows}: rows {[r for r, s in zip(rows, same) if not s]} differ"
         assert singles[NAN_ROW].isnan().all() and not singles[ZERO_ROW].any()
@@ -95,5 +95,5 @@ def test_rows_match_single_calls_whatever_the_batch(n, k, out_dtype):
 def test_edge_blocks_within_bound(n):
     pool = pool_of_rows(1024 if n == 40 else 4096)
     w = weights(n, pool.shape[-1])["plain"]
-    x = rows_of(pool, torch.tensor(FINITE_EDGE_ROWS + [0, 1], device="cuda"))
+    x = pool[torch.tensor(FINITE_EDGE_ROWS + [0, 1], device="cuda")]
     assert_within_bound(fp4ops.linear(x, w, out_dtype=torch.float32), x, w, None, torch.float32, "cuda")

@@ -58,6 +58,11 @@ def test_quick_example(device):
     assert amax.dim() == 0 and amax.item() == ns["w"].abs().max().float().item()
     gemv = fp4ops.gemv(q, ns["x"])
     assert gemv.dtype == torch.float16 and tuple(gemv.shape) == (4096,)
+    # Rows of the FP4 activations, and the weight moved to the CPU.
+    xq, last, kept = ns["xq"], ns["last"], ns["kept"]
+    assert isinstance(last, fp4ops.NVFP4Tensor) and tuple(last.shape) == (8, 4096) and tuple(kept.shape) == (2, 128, 4096)
+    assert torch.equal(last.dequantize(), xq.dequantize()[:, -1]) and last.global_scale is xq.global_scale
+    assert ns["q_cpu"].data.device.type == "cpu" and ns["q_cpu"].global_scale.device.type == "cpu"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -41,7 +41,7 @@ files_of() {
     linear) echo tests/test_linear.py tests/test_linear_mxfp4_x.py tests/test_linear_mxfp4_prescaling.py tests/test_nn.py ;;
     gemv) echo tests/test_gemv.py ;;
     producers) echo tests/test_producers.py tests/test_w4a4_chain.py ;;
-    quantize) echo tests/test_cuda_ops.py tests/test_quantize.py tests/test_cuda_casts.py tests/test_swizzle.py ;;
+    quantize) echo tests/test_cuda_ops.py tests/test_quantize.py tests/test_cuda_casts.py tests/test_swizzle.py tests/test_tensor_rows.py ;;
     recipe) echo tests/test_recipe.py tests/test_hadamard.py ;;
     shared) echo tests/test_determinism.py tests/test_opcheck.py tests/test_bad_inputs.py tests/test_multi_gpu.py ;;
     compile) echo tests/test_compile.py ;;

@@ -6,6 +6,8 @@ Wrong types and dtypes raise TypeError; wrong values, shapes and devices raise V
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from ._formats import FLOAT_DTYPES, SCALE_DTYPES, SCALE_LAYOUTS, SCALE_RULES
@@ -118,6 +120,42 @@ def check_quantized(q, name: str = "") -> None:
         raise ValueError(f"{scales}: expected shape {expected} ({q.scale_layout} layout) for data of shape {tuple(q.data.shape)}, got {tuple(q.scales.shape)}")
     if q.scales.device != q.data.device:
         raise ValueError(f"{scales}: expected a tensor on {q.data.device} (the device of {data}), got {q.scales.device}")
+
+
+def _dims_indexed(index) -> int:
+    """How many leading dimensions `index` takes, as torch would read it on a tensor; TypeError for
+    what an FP4 tensor's rows cannot be selected by."""
+    if isinstance(index, tuple):
+        return sum(_dims_indexed(part) for part in index)
+    if index is None or index is Ellipsis:
+        raise TypeError("index: None and ... are not taken (index the leading dimensions, before K)")
+    if isinstance(index, torch.Tensor):
+        if index.dtype == torch.bool:
+            return max(index.dim(), 1)
+        if index.dtype.is_floating_point or index.dtype.is_complex:
+            raise TypeError(f"index: expected integer or bool indices, got a {index.dtype} tensor")
+        return 1
+    if isinstance(index, (slice, list)):
+        return 1
+    try:
+        operator.index(index)
+    except TypeError:
+        raise TypeError(f"index: expected an int, slice, list, integer or bool tensor, or a tuple of them; "
+                        f"got {type(index).__name__}") from None
+    return 1
+
+
+def check_row_index(q, index) -> None:
+    """Rows of an FP4 tensor are selected over its leading dimensions only: its last (K, packed two
+    elements a byte, one scale a block) is not indexable element by element; and only with linear
+    scales, since the swizzled layout interleaves 128-row groups (SPEC 4)."""
+    if q.scale_layout != "linear":
+        raise ValueError("index: rows of a tensor with swizzled scales cannot be selected (SPEC 4 interleaves "
+                         "128-row groups); select them from q.with_scale_layout('linear')")
+    leading = q.data.dim() - 1
+    if _dims_indexed(index) > leading:
+        raise IndexError(f"index: an FP4 tensor of shape {tuple(q.shape)} is indexed over its {leading} leading "
+                         f"dimension(s) only, not K; got an index over {_dims_indexed(index)}")
 
 
 def check_scale_codes(scales, min_dim: int) -> None:

@@ -28,7 +28,6 @@ temporary sibling of DST and is renamed into place at the end, with the modes th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -360,8 +359,7 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: 
                 g = global_scale(list(on_device.values())) if on_device and format == "nvfp4" else None
                 for name, x in on_device.items():
                     q = quantize_nvfp4(x, g) if g is not None else quantize_mxfp4(x, scale_rule=scale_rule)
-                    on_cpu = {field: getattr(q, field).cpu() for field in ("data", "scales", "global_scale") if hasattr(q, field)}
-                    outputs.update(quantized_tensors(name[: -len("weight")], dataclasses.replace(q, **on_cpu), layout))
+                    outputs.update(quantized_tensors(name[: -len("weight")], q.to("cpu"), layout))
                     reports.append(TensorReport(name, shapes[name], sqnr_db(x, q.dequantize(torch.float32))))
                 del tensors, on_device
                 if last_write is not None:

@@ -14,6 +14,7 @@ import torch
 from ._checks import (
     check_out_dtype,
     check_quantized,
+    check_row_index,
     check_scale_codes,
     check_scale_layout,
     check_unswizzle_args,
@@ -61,6 +62,27 @@ class _PackedE2M1:
             linear = torch.ops.fp4ops.unswizzle_scales(self.scales, rows, cols)
             scales = linear.reshape(scale_shape(shape, self.block))  # a 1-D tensor's [1, cols] -> [cols]
         return dataclasses.replace(self, scales=scales, scale_layout=scale_layout)
+
+    def __getitem__(self, index):
+        """The rows `index` selects, as indexing the [..., K] tensor over its leading dimensions
+        would (an int, slice, list, integer or bool tensor, or a tuple of them; not K): `x[0]`,
+        `x[2:5]`, `x[keep]`. Data and scales are indexed alike, an NVFP4 global scale is shared.
+        Basic indices give views of the same memory, advanced ones copies, as for a torch.Tensor.
+        Linear scales only (SPEC 4's swizzled layout interleaves rows)."""
+        check_row_index(self, index)
+        # Through uint8: torch 2.8 has no CPU indexing kernel for its float8 dtypes.
+        scales = self.scales.view(torch.uint8)[index].view(self.scales.dtype)
+        return dataclasses.replace(self, data=self.data[index], scales=scales)
+
+    def to(self, device, non_blocking: bool = False):
+        """The same tensor on `device`: data, scales and (NVFP4) the global scale moved together;
+        self where it is there already, as torch.Tensor.to."""
+        device = torch.device(device)
+        moved = {f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                 for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
+        if all(moved[name] is getattr(self, name) for name in moved):
+            return self
+        return dataclasses.replace(self, **moved)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(shape={tuple(self.shape)}, device={self.device}, scale_layout={self.scale_layout!r})"
