@@ -81,6 +81,35 @@ def test_dynamic_shape_compile_matches_eager(fn, device):
         assert_outputs_match(compiled(x), fn(x), f"{fn.__name__}{shape}")
 
 
+def fp4_input_calls(fmt: str, device: str) -> dict:
+    """name -> (function, its arguments): every op that takes an FP4 tensor, given one as an input."""
+    quantize = fp4ops.quantize_nvfp4 if fmt == "nvfp4" else fp4ops.quantize_mxfp4
+    w, x = quantize(torch.randn(48, 128, device=device)), quantize(torch.randn(2, 5, 128, device=device))
+    a, b = quantize(torch.randn(3, 48, 128, device=device)), quantize(torch.randn(3, 128, device=device))
+    dense_x = torch.randn(5, 128, dtype=torch.bfloat16, device=device)
+    return {
+        "dequantize": (lambda q: q.dequantize(torch.float32), (w,)),
+        "fp4ops.dequantize": (lambda q: fp4ops.dequantize(q, torch.float16), (w,)),
+        "linear, dense x": (lambda x, w: fp4ops.linear(x, w), (dense_x, w)),
+        "linear, FP4 x": (lambda x, w: fp4ops.linear(x, w), (x, w)),
+        "gemv, dense b": (lambda a, b: fp4ops.gemv(a, b), (a, dense_x[:3].half())),
+        "gemv, FP4 b": (lambda a, b: fp4ops.gemv(a, b), (a, b)),
+        "rows": (lambda x: x[1, 2:].dequantize(), (x,)),
+        "swizzled scales": (lambda q: q.with_scale_layout("swizzled").scales, (w,)),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_fp4_tensors_as_compiled_function_inputs(device, fmt):
+    """FP4 tensors passed into a fullgraph, dynamic compile (torch 2.11 had read their class's block
+    as a symbolic int, which the checks' messages could not format)."""
+    for name, (fn, args) in fp4_input_calls(fmt, device).items():
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+        assert_outputs_match([compiled(*args)], [fn(*args)], name)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_rows_of_fp4_x_selected_in_a_compiled_function(device):
     """An FP4 tensor's rows (its __getitem__) selected inside a fullgraph, dynamic compile: the
