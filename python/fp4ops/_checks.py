@@ -156,10 +156,10 @@ def check_row_index(q, index) -> None:
     if q.scale_layout != "linear":
         raise ValueError("index: rows of a tensor with swizzled scales cannot be selected (SPEC 4 interleaves "
                          "128-row groups); select them from q.with_scale_layout('linear')")
-    leading = q.data.dim() - 1
-    if _dims_indexed(index) > leading:
+    leading, indexed = q.data.dim() - 1, _dims_indexed(index)
+    if indexed > leading:
         raise IndexError(f"index: an FP4 tensor of shape {tuple(q.shape)} is indexed over its {leading} leading "
-                         f"dimension(s) only, not K; got an index over {_dims_indexed(index)}")
+                         f"dimension(s) only, not K; got an index over {indexed}")
 
 
 def check_scale_codes(scales, min_dim: int) -> None:
