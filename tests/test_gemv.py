@@ -52,11 +52,7 @@ def test_matches_float64_reference(shape, fmt, b_kind, out_dtype, device):
     a, b = operands(fmt, b_kind, shape, device)
     y = fp4ops.gemv(a, b, out_dtype=out_dtype)
     assert y.shape == shape[:-1] and y.dtype == out_dtype and y.device.type == device
-    assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), out_dtype)
-
-
-def to_cpu(t):
-    return t.to("cpu")
+    assert_within_contract(y.cpu(), a.to("cpu"), b.to("cpu"), out_dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -71,7 +67,7 @@ def test_largest_scales_and_negative_codes(device, out_dtype):
     b = fp4ops.NVFP4Tensor(reference.pack_e2m1(b_codes).to(device), torch.full((l, k // 16), 448.0).to(torch.float8_e4m3fn).to(device), torch.tensor(1.0, device=device))
     y = fp4ops.gemv(a, b, out_dtype=out_dtype)
     assert torch.isfinite(y).all()
-    assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), out_dtype)
+    assert_within_contract(y.cpu(), a.to("cpu"), b.to("cpu"), out_dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -118,7 +114,7 @@ def test_mxfp4_scale_products_spanning_the_fp32_range(device, a_code, b_code):
     b = fp4ops.MXFP4Tensor(reference.pack_e2m1(b_codes).to(device), torch.full((l, k // 32), b_code, dtype=torch.uint8).view(e8m0).to(device))
     y = fp4ops.gemv(a, b, out_dtype=torch.float32)
     assert torch.isfinite(y).all()
-    assert_within_contract(y.cpu(), to_cpu(a), to_cpu(b), torch.float32)
+    assert_within_contract(y.cpu(), a.to("cpu"), b.to("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -128,7 +124,7 @@ def test_largest_k_of_the_tensor_core_kernel(device, b_kind):
     the CUDA-core kernel."""
     for k in (32768, 32768 + 128):
         a, b = operands("nvfp4", b_kind, (1, 20, k), device)
-        assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+        assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), a.to("cpu"), b.to("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -139,7 +135,7 @@ def test_tiny_bf16_b_with_large_scales(device, fmt):
     a = quantize(torch.randn(l, m, k, device=device) * (2.0**100 if fmt == "mxfp4" else 1.0), fmt)
     b = (torch.randn(l, k, device=device) * 2.0**-128).to(torch.bfloat16)
     for out_dtype in (torch.float32, torch.bfloat16):
-        assert_within_contract(fp4ops.gemv(a, b, out_dtype=out_dtype).cpu(), to_cpu(a), to_cpu(b), out_dtype)
+        assert_within_contract(fp4ops.gemv(a, b, out_dtype=out_dtype).cpu(), a.to("cpu"), b.to("cpu"), out_dtype)
 
 
 # bf16 B values the CUDA kernel can stage times 2^70 (2^-62 <= |b| < 2^57, zeros, inf, NaN) and
@@ -174,7 +170,7 @@ def test_bf16_b_outside_the_shift_range_gives_the_same_bits(shape, fmt, device):
     edges = torch.tensor(BF16_SHIFT_RANGE_EDGES, dtype=torch.bfloat16, device=device)
     b[:, 5 : 5 + len(edges)] = edges
     expected = fp4ops.gemv(a, b, out_dtype=torch.float32)
-    assert_within_contract(expected.cpu(), to_cpu(a), to_cpu(b), torch.float32)
+    assert_within_contract(expected.cpu(), a.to("cpu"), b.to("cpu"), torch.float32)
     for outside in BF16_OUTSIDE_SHIFT_RANGE:
         b_outside = b.clone()
         b_outside[1, column] = outside
@@ -198,7 +194,7 @@ def test_bf16_b_at_the_shift_range_edges(device, fmt):
     for values in (BF16_SHIFT_RANGE_EDGES, BF16_SHIFT_RANGE_EDGES + BF16_OUTSIDE_SHIFT_RANGE):
         pool = torch.tensor(values, dtype=torch.bfloat16)
         b = pool[torch.randint(0, len(values), (l, k))].to(device)
-        assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+        assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), a.to("cpu"), b.to("cpu"), torch.float32)
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA GEMV kernel")
@@ -219,12 +215,12 @@ def test_many_tiles_per_group(shape, fmt, b_kind):
     y = fp4ops.gemv(a, b, out_dtype=torch.float32).cpu()
     m = shape[-2]
     rows = torch.cat([torch.arange(0, m, 13), torch.arange(m - 40, m)]).unique()
-    a_rows = to_cpu(a)
+    a_rows = a.to("cpu")
     if isinstance(a_rows, fp4ops.NVFP4Tensor):
         a_rows = fp4ops.NVFP4Tensor(a_rows.data[..., rows, :], a_rows.scales[..., rows, :], a_rows.global_scale)
     else:
         a_rows = fp4ops.MXFP4Tensor(a_rows.data[..., rows, :], a_rows.scales[..., rows, :])
-    assert_within_contract(y[..., rows], a_rows, to_cpu(b), torch.float32)
+    assert_within_contract(y[..., rows], a_rows, b.to("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -283,7 +279,7 @@ def test_swizzle_matches_the_spec_formula():
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_scaled_mm_reference_agrees(fmt):
     a, b = operands(fmt, "fp4", (2, 256, 1024), "cuda")
-    assert_within_contract(reference.scaled_mm_gemv(a, b, torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+    assert_within_contract(reference.scaled_mm_gemv(a, b, torch.float32).cpu(), a.to("cpu"), b.to("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize(
@@ -317,7 +313,7 @@ def test_op_checks_name_the_argument():
 @pytest.mark.parametrize("k", [16, 48, 4096 + 16])
 def test_nvfp4_k_not_a_multiple_of_32(device, b_kind, k):
     a, b = operands("nvfp4", b_kind, (2, 33, k), device)
-    assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), to_cpu(a), to_cpu(b), torch.float32)
+    assert_within_contract(fp4ops.gemv(a, b, out_dtype=torch.float32).cpu(), a.to("cpu"), b.to("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -56,10 +56,6 @@ def one_row_calls(pool, w, **kwargs) -> torch.Tensor:
     return torch.cat([fp4ops.linear(pool[i:i + 1], w, **kwargs) for i in range(pool.shape[0])])
 
 
-def to_device(t, device: str):
-    return None if t is None else t.to(device)
-
-
 @functools.cache
 def warpgroup_mma_serves_128_rows() -> bool:
     """Whether this GPU and build run 65-128 rows on the warpgroup MMA at all: compute capability
@@ -151,7 +147,7 @@ def assert_within_bound(y: torch.Tensor, x, w, bias, out_dtype: torch.dtype, dev
     one more product (plus the dequantize path's rounding where the CUDA call takes it); and not
     all zero, so a kernel writing nothing cannot pass."""
     rounded_to = dequantize_path_dtype(device, x, w, out_dtype)
-    x, w, bias = to_device(x, "cpu"), to_device(w, "cpu"), to_device(bias, "cpu")
+    x, w, bias = x.to("cpu"), w.to("cpu"), None if bias is None else bias.to("cpu")
     ref = reference.linear_float64(x, w, bias)
     bound = reference.linear_error_bound(x, w, bias, out_dtype, rounded_to)
     assert y.dtype == out_dtype and y.shape == ref.shape
