@@ -28,9 +28,9 @@ Implementations, each on the same x:
   invariance (docs/performance.md, "Linear decode stream", says what that costs).
 The cuBLAS and dequantize rows take x in bf16 where the FP4 layer takes FP4 x.
 The FP4 layer's share of the same-run copy bandwidth counts its bytes: weight codes, scales, x and y
-(the JSON keeps it at one row, where the targets set one); the table also gives the share those
-bytes would need to meet the row count's speed-up target over the same run's bf16 time, which says
-where a target asks for more than the memory delivers. The Llama stack is one decoder layer's
+(`pct_of_copy` in the JSON); the table also gives the share those bytes would need to meet the row
+count's speed-up target over the same run's bf16 time (`target_pct_of_copy`), which says where a
+target asks for more than the memory delivers. The Llama stack is one decoder layer's
 linears (q, k, v, o, gate, up, down) for 4 layers, timed the same way; tokens/s is rows / (time of
 the stack x 8), i.e. the linears of the 32-layer model and nothing else (no attention, norms or
 sampling). With fp4 among --dtypes, the Llama layers also run in W4A4 with fp4ops' fused producers
@@ -203,14 +203,15 @@ def measure_shape(shape, fmt, x_kind, rows_list, timer, ceilings, l2_bytes, fp4_
         if not fp4_only:
             row["speedup_vs_bf16"] = us["bf16"] / us["fp4"]
             row["speedup_vs_dequant"] = us["dequant"] / us["fp4"]
-        if rows == 1:
-            row["pct_of_copy"] = share_of_copy(row, us["fp4"], ceilings["copy"])
+        row["pct_of_copy"] = share_of_copy(row, us["fp4"], ceilings["copy"])
+        if (needed := target_share_of_copy(row, ceilings["copy"])) is not None:
+            row["target_pct_of_copy"] = needed
         rows_out.append(row)
         baselines = "" if fp4_only else (f", bf16 {us['bf16']:8.2f} us, dequant {us['dequant']:8.2f} us -> "
                                          f"{row['speedup_vs_bf16']:.2f}x")
         baselines += f", gemv {us['gemv']:8.2f} us" if "gemv" in us else ""
         print(f"  {n:>6} x {k:<6} {fmt} {row['dtype']:<8} rows {rows:>5}: fp4 {us['fp4']:8.2f} us{baselines}"
-              + (f", {row['pct_of_copy']:.1f}% of copy" if "pct_of_copy" in row else ""), flush=True)
+              + f", {row['pct_of_copy']:.1f}% of copy", flush=True)
     del fp4_layers, dense
     return rows_out
 

@@ -32,7 +32,8 @@ def test_cpu_run_writes_every_row(tmp_path):
     assert saved["rows"] == result["rows"] and len(saved["rows"]) == 4
     for row in saved["rows"]:
         assert row["fp4_us"] > 0 and row["bf16_us"] > 0 and row["dequant_us"] > 0
-        assert ("pct_of_copy" in row) == (row["rows"] == 1)
+        assert row["pct_of_copy"] == decode_stream.share_of_copy(row, row["fp4_us"], saved["ceilings"]["copy"])
+        assert row["target_pct_of_copy"] == decode_stream.target_share_of_copy(row, saved["ceilings"]["copy"])
     text = (tmp_path / "decode_test.md").read_text()
     assert text.count("| 64 x 128 |") == 4 and ">= 3.4x" in text
     assert (tmp_path / "decode_test.png").stat().st_size > 0
