@@ -101,7 +101,7 @@ def test_refuses_to_overwrite_its_input(tmp_path):
     src = tmp_path / "in.safetensors"
     small_checkpoint(src)
     before = src.read_bytes()
-    with pytest.raises(ValueError, match="out: .* is the input checkpoint"):
+    with pytest.raises(ValueError, match="dst: .* is the input checkpoint"):
         quantize_checkpoint(str(src), str(tmp_path / "." / "in.safetensors"), progress=False)
     assert src.read_bytes() == before
 
@@ -294,7 +294,8 @@ def run_cli(*args):
 
 
 @pytest.mark.parametrize("case", ["missing src", "dst not empty", "dst folder missing", "dst not writable",
-                                  "cuda without a GPU", "mxfp4 in the modelopt layout", "unknown format"])
+                                  "cuda without a GPU", "mxfp4 in the modelopt layout", "unknown format",
+                                  "unknown device", "dst is src", "an MXFP4 rule for NVFP4"])
 def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
     src = tmp_path / "model"
     sharded_model_dir(src)
@@ -315,6 +316,13 @@ def test_bad_invocations_are_one_line_errors_before_any_work(tmp_path, case):
     elif case == "unknown format":
         args += ["--format", "nvfp8"]
         expected = "argument --format: invalid choice: 'nvfp8'"
+    elif case == "unknown device":
+        args[3], expected = "bogus", "device: expected a device such as 'cpu'"
+    elif case == "dst is src":
+        args[1], expected = src, "dst: "
+    elif case == "an MXFP4 rule for NVFP4":
+        args += ["--scale-rule", "rceil"]
+        expected = "scale_rule: 'rceil' is an MXFP4 rule"
     elif case == "mxfp4 in the modelopt layout":
         args += ["--format", "mxfp4", "--layout", "modelopt"]
         expected = "layout: the ModelOpt layout holds NVFP4 only"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import HAS_CUDA, requires_caching_allocator
+from conftest import HAS_CUDA, requires_caching_allocator, same_bits
 from torch import nn
 
 import fp4ops
@@ -160,6 +160,72 @@ def test_state_dict_round_trip(device, fmt):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("convert", [lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.float(),
+                                     lambda m: m.double(), lambda m: m.to(m.weight.device, torch.float16)],
+                         ids=["to bf16", "half", "float", "double", "to device and dtype"])
+def test_dtype_conversion_keeps_the_codes_and_converts_the_bias(device, fmt, convert):
+    """Module.to(dtype) and .half() convert every floating-point buffer, float8 included: the
+    layer keeps its codes, scales and global scale bit for bit, and only the bias converts."""
+    layer = FP4Linear.from_linear(nn.Linear(64, 32).to(device), fmt)
+    before = {name: buffer.clone() for name, buffer in layer.named_buffers()}
+    converted = convert(layer)
+    target = next(b.dtype for b in convert(nn.Linear(1, 1, device=device)).parameters())
+    assert converted is layer and layer.bias.dtype == target and layer.bias.device == before["weight"].device
+    for name, buffer in layer.named_buffers():
+        assert buffer.dtype == before[name].dtype and same_bits(buffer, before[name]), name
+    if target != torch.float64:
+        x = torch.randn(3, 64, device=device, dtype=target)
+        with torch.no_grad():
+            expected = nn.functional.linear(x.float(), layer.quantized_weight().dequantize(torch.float32),
+                                            layer.bias.float())
+            torch.testing.assert_close(layer(x).float(), expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("stored_as", ["uint8", "float4_e2m1fn_x2"])
+def test_state_dict_codes_stored_as_bytes_load_as_codes(fmt, stored_as):
+    """Scale codes saved as their bytes (compressed-tensors stores E8M0 so) and packed elements as
+    float4_e2m1fn_x2 are the same codes: viewed, not cast by value as load_state_dict would."""
+    fp4 = FP4Linear.from_linear(nn.Linear(64, 32), fmt)
+    state = fp4.state_dict()
+    if stored_as == "uint8":
+        state["weight_scale"] = state["weight_scale"].view(torch.uint8).clone()
+    else:
+        state["weight"] = state["weight"].view(torch.float4_e2m1fn_x2).clone()
+    fresh = FP4Linear(64, 32, format=fmt)
+    fresh.load_state_dict(state)
+    for name, buffer in fp4.named_buffers():
+        assert same_bits(getattr(fresh, name), buffer), name
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_state_dict_scales_of_another_dtype_are_refused_by_name(fmt):
+    state = FP4Linear.from_linear(nn.Linear(64, 32), fmt).state_dict()
+    state["weight_scale"] = state["weight_scale"].float()
+    with pytest.raises(RuntimeError, match="weight_scale: expected torch.float8_e.* got torch.float32"):
+        FP4Linear(64, 32, format=fmt).load_state_dict(state)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_swizzled_weights_load_as_linear_scales(fmt):
+    w = torch.randn(24, 64)
+    q = fp4ops.quantize_nvfp4(w) if fmt == "nvfp4" else fp4ops.quantize_mxfp4(w)
+    layer = FP4Linear(64, 24, format=fmt)
+    layer.load_quantized_weight(q.with_scale_layout("swizzled"))
+    assert torch.equal(layer.weight_scale.view(torch.uint8), q.scales.view(torch.uint8))
+    assert torch.equal(layer.weight, q.data)
+
+
+def test_a_string_skip_is_one_pattern():
+    model = nn.Sequential()
+    model.add_module("q_proj", nn.Linear(64, 64))
+    model.add_module("lm_head", nn.Linear(64, 16))
+    assert replace_linears(model, "nvfp4", skip="lm_head") == ["q_proj"]
+    assert isinstance(model.lm_head, nn.Linear)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_fullgraph_compile(device):
     model = mlp(device)
     replace_linears(model, "nvfp4")
@@ -216,6 +282,16 @@ def test_reduce_overhead_compile_matches_eager(fmt):
          "q: expected NVFP4Tensor for format 'nvfp4'"),
         (lambda: FP4Linear(64, 8).load_quantized_weight(fp4ops.quantize_nvfp4(torch.randn(4, 64))), ValueError,
          "q: expected shape (8, 64), got (4, 64)"),
+        (lambda: FP4Linear(64, -8), ValueError, "out_features: expected an int >= 0, got -8"),
+        (lambda: FP4Linear(-16, 8), ValueError, "in_features: expected an int >= 0, got -16"),
+        (lambda: FP4Linear.from_linear(nn.Linear(64, 8), "nvfp4", scale_rule="rceil"), ValueError,
+         "scale_rule: 'rceil' is an MXFP4 rule"),
+        (lambda: FP4Linear.from_linear(nn.Linear(64, 8), "mxfp4", scale_rule="ceil"), ValueError,
+         "scale_rule: expected 'floor' or 'rceil', got 'ceil'"),
+        (lambda: replace_linears(nn.Linear(64, 8), "mxfp4", scale_rule="ceil"), ValueError,
+         "scale_rule: expected 'floor' or 'rceil', got 'ceil'"),
+        (lambda: replace_linears(nn.Linear(64, 8), skip=3), TypeError, "skip: expected a string or an iterable"),
+        (lambda: replace_linears(nn.Linear(64, 8), skip=["a", None]), TypeError, "skip: expected strings"),
     ],
 )
 def test_bad_arguments(call, exception, message):

@@ -66,6 +66,29 @@ def check_scale_rule(scale_rule) -> None:
         raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
 
 
+def check_format_scale_rule(format: str, scale_rule) -> None:
+    """scale_rule is MXFP4's choice ('floor' or 'rceil'); NVFP4 takes only the default."""
+    check_scale_rule(scale_rule)
+    if format == "nvfp4" and scale_rule != "floor":
+        raise ValueError(f"scale_rule: {scale_rule!r} is an MXFP4 rule; NVFP4 block scales follow SPEC 2.3 "
+                         "(leave the default 'floor')")
+
+
+def skip_patterns(skip) -> tuple[str, ...]:
+    """`skip` (names containing any of them stay dense) as a tuple of strings: one string is one
+    pattern, not the characters a loop over it would give."""
+    if isinstance(skip, str):
+        return (skip,)
+    try:
+        patterns = tuple(skip)
+    except TypeError:
+        raise TypeError(f"skip: expected a string or an iterable of strings, got {type(skip).__name__}") from None
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(f"skip: expected strings, got {type(pattern).__name__} {pattern!r}")
+    return patterns
+
+
 def check_same_device(b, a, name: str = "b", ref_name: str = "a") -> None:
     if b.device != a.device:
         raise ValueError(f"{name}: expected a tensor on {a.device} (the device of {ref_name}), got {b.device}")

@@ -40,6 +40,7 @@ import torch
 from ._checkpoint_layouts import (LAYOUTS, TENSOR_SUFFIXES, compressed_tensors_config, compressed_tensors_global_scale,
                                   decode_global_scale, modelopt_configs, quantized_entries, quantized_tensors,
                                   unquantized_linears)
+from ._checks import check_format_scale_rule, skip_patterns
 from ._formats import FLOAT_DTYPES, FORMATS, NVFP4_SCALE_DTYPE, SCALE_RULES, global_scale_from_amax
 from ._fused_groups import fused_groups, is_router
 from .demo import best_device, sqnr_db
@@ -75,7 +76,7 @@ def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, s
     for name, shape in shapes.items():
         if not is_linear_weight(name, shape, dtypes[name]):
             continue
-        hit = next((pattern for pattern in skip if pattern in name), None)
+        hit = next((pattern for pattern in skip_patterns(skip) if pattern in name), None)
         if hit is not None:
             decision[name] = f"--skip {hit!r}"
         elif is_router(name):
@@ -109,7 +110,7 @@ INDEX_NAME = "model.safetensors.index.json"
 def _refuse_to_overwrite(src: str, dst: str) -> None:
     same = os.path.abspath(src) == os.path.abspath(dst) or (os.path.exists(dst) and os.path.samefile(src, dst))
     if same:
-        raise ValueError(f"out: {dst!r} is the input checkpoint; refusing to overwrite it")
+        raise ValueError(f"dst: {dst!r} is the input checkpoint; refusing to overwrite it")
 
 
 def _input_shards(src: str) -> tuple[dict[str, str], dict | None]:
@@ -128,10 +129,12 @@ def _input_shards(src: str) -> tuple[dict[str, str], dict | None]:
     return {name: os.path.join(src, name) for name in files}, None
 
 
-def _check_arguments(src: str, dst: str, format: str, layout: str, device, force: bool) -> None:
+def _check_arguments(src: str, dst: str, format: str, layout: str, skip, scale_rule, device, force: bool) -> None:
     """Every bad invocation fails here, before any work, with one line naming the argument."""
     if format not in BLOCKS:
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    check_format_scale_rule(format, scale_rule)
+    skip_patterns(skip)
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
     if layout == "modelopt" and format != "nvfp4":
@@ -139,8 +142,13 @@ def _check_arguments(src: str, dst: str, format: str, layout: str, device, force
     if not os.path.exists(src):
         raise ValueError(f"src: no such file or directory: {src!r}")
     _refuse_to_overwrite(src, dst)
-    if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available")
+    if device is not None:
+        try:
+            device_type = torch.device(device).type
+        except (TypeError, RuntimeError):
+            raise ValueError(f"device: expected a device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}") from None
+        if device_type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available")
     parent = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(parent):
         raise ValueError(f"dst: the folder {parent!r} does not exist")
@@ -191,7 +199,7 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
     import shutil
     import tempfile
 
-    _check_arguments(src, dst, format, layout, device, force)
+    _check_arguments(src, dst, format, layout, skip, scale_rule, device, force)
     started = time.perf_counter()
     shards, index = _input_shards(src)
     to_directory = os.path.isdir(src) or not dst.endswith(".safetensors")

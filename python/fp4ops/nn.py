@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_float_input
+from ._checks import check_float_input, check_format_scale_rule, skip_patterns
 from ._formats import FORMATS
 from .linear import as_rows, linear, with_leading_dims
 from .ops import quantize_mxfp4, quantize_nvfp4
@@ -37,6 +37,9 @@ class FP4Linear(nn.Module):
         if format not in FORMATS:
             raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
         block, scale_dtype = FORMATS[format]
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
         if in_features % block != 0:
             raise ValueError(f"in_features: expected a multiple of {block} ({format} block), got {in_features}")
         self.in_features, self.out_features, self.format = in_features, out_features, format
@@ -53,6 +56,7 @@ class FP4Linear(nn.Module):
         """Quantize a Linear's weight (NVFP4 with its own global scale, or MXFP4 with scale_rule)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear: expected torch.nn.Linear, got {type(linear).__name__}")
+        check_format_scale_rule(format, scale_rule)
         weight = linear.weight.detach()
         bias_dtype = linear.bias.dtype if linear.bias is not None else weight.dtype
         module = cls(linear.in_features, linear.out_features, linear.bias is not None, format=format,
@@ -64,16 +68,53 @@ class FP4Linear(nn.Module):
         return module
 
     def load_quantized_weight(self, q) -> None:
-        """Copy an NVFP4Tensor/MXFP4Tensor of shape [out_features, in_features] into the buffers."""
+        """Copy an NVFP4Tensor/MXFP4Tensor of shape [out_features, in_features] into the buffers
+        (swizzled scales are unswizzled: the buffers hold linear ones)."""
         expected_type = NVFP4Tensor if self.format == "nvfp4" else MXFP4Tensor
         if not isinstance(q, expected_type):
             raise TypeError(f"q: expected {expected_type.__name__} for format {self.format!r}, got {type(q).__name__}")
         if tuple(q.shape) != (self.out_features, self.in_features):
             raise ValueError(f"q: expected shape {(self.out_features, self.in_features)}, got {tuple(q.shape)}")
+        q = q.with_scale_layout("linear")
         self.weight.copy_(q.data)
         self.weight_scale.copy_(q.scales)
         if self.weight_scale_2 is not None:
             self.weight_scale_2.copy_(q.global_scale.reshape(()))
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype), .half(), .float(), ... convert every floating-point buffer, and float8
+        # counts as one: the scale codes and the fp32 global scale would be cast by value (E8M0
+        # codes past fp16's range become inf, the global scale loses bits), and the layer would
+        # refuse its own buffers. They are the format, so they keep their dtypes and follow only
+        # the device fn moves them to; the bias converts as a Linear's does.
+        formats = {name: buffer for name, buffer in self._buffers.items() if buffer is not None}
+        super()._apply(fn, recurse)
+        for name, before in formats.items():
+            after = self._buffers[name]
+            if after is not None and after.dtype != before.dtype:
+                self._buffers[name] = before.to(after.device)
+        return self
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # The buffers hold codes: load_state_dict's copy_ would cast another dtype by value (a
+        # scale byte 127 stored as uint8, as compressed-tensors stores E8M0, to the code of 127.0).
+        # Codes stored as bytes of another one-byte dtype (uint8 scales, float4_e2m1fn_x2 packed
+        # elements) are viewed as what they are; the global scale may widen exactly from 16 bits;
+        # anything else is refused.
+        for name, buffer in self._buffers.items():
+            key = prefix + name
+            value = state_dict.get(key)
+            if buffer is None or not isinstance(value, torch.Tensor) or value.dtype == buffer.dtype:
+                continue
+            as_bytes = value.dtype == torch.uint8 or (value.dtype == torch.float4_e2m1fn_x2 and buffer.dtype == torch.uint8)
+            if as_bytes and buffer.dtype.itemsize == 1:
+                state_dict[key] = value.view(buffer.dtype)
+            elif not (buffer.dtype == torch.float32 and value.dtype in (torch.float16, torch.bfloat16)):
+                error_msgs.append(f"{key}: expected {buffer.dtype} (codes may come as their bytes), got {value.dtype}: "
+                                  f"FP4 codes and scales are not converted by value")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def quantized_weight(self):
         """The weight as an NVFP4Tensor / MXFP4Tensor view of the buffers (no copy)."""
@@ -111,7 +152,8 @@ class FP4Linear(nn.Module):
 def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head",), scale_rule: str = "floor",
                     checkpoint=None) -> list[str]:
     """Swap every nn.Linear under `module` (in place) for an FP4Linear, except those whose
-    qualified name contains one of `skip`, or whose in_features is not a multiple of the block.
+    qualified name contains one of `skip` (a string is one pattern), or whose in_features is not a
+    multiple of the block.
     Returns the names swapped.
 
     checkpoint: an FP4 checkpoint (a path that `fp4ops.checkpoint.load` reads, either layout, or the
@@ -124,6 +166,8 @@ def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head"
         return _replace_from_checkpoint(module, checkpoint)
     if format not in FORMATS:
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    check_format_scale_rule(format, scale_rule)
+    skip = skip_patterns(skip)
     block = FORMATS[format][0]
     swapped = []
     for parent, child_name, qualified, leaf in _linears(module):

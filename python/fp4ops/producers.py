@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ._checks import (check_float_input, check_same_device, check_scale_layout, check_scale_rule, check_tensor,
+from ._checks import (check_float_input, check_format_scale_rule, check_same_device, check_scale_layout, check_tensor,
                       global_scale_tensor, without_grad)
 from ._formats import FORMATS
 from .tensor import MXFP4Tensor, NVFP4Tensor
@@ -21,11 +21,8 @@ def _check_target(format, global_scale, scale_rule, scale_layout, x):
     """(block, the global-scale tensor or None) for `format`; the options checked as the op does."""
     if format not in FORMATS:
         raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
-    check_scale_rule(scale_rule)
+    check_format_scale_rule(format, scale_rule)
     check_scale_layout(scale_layout)
-    if format == "nvfp4" and scale_rule != "floor":
-        raise ValueError(f"scale_rule: {scale_rule!r} is an MXFP4 rule; NVFP4 block scales follow SPEC 2.3 "
-                         "(leave the default 'floor')")
     if format == "mxfp4" and global_scale is not None:
         raise ValueError("global_scale: MXFP4 has no global scale; pass None")
     return FORMATS[format][0], global_scale_tensor(global_scale, x)
