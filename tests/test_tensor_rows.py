@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -118,7 +120,55 @@ def test_to_moves_every_tensor(fmt, scale_layout):
     assert same_bits(on_gpu.dequantize(torch.float32).cpu(), q.dequantize(torch.float32))
 
 
-def test_to_refuses_what_is_not_a_device():
+def test_to_refuses_what_is_not_a_device_by_name():
     q = fp4ops.quantize_nvfp4(torch.randn(4, 64))
-    with pytest.raises((RuntimeError, TypeError)):
+    with pytest.raises(TypeError, match="device: expected a device, got the dtype torch.float16"):
         q.to(torch.float16)
+    with pytest.raises(TypeError, match="non_blocking: expected a bool"):
+        q.to("cpu", torch.float16)
+    with pytest.raises(ValueError, match="device: expected a torch.device or a device string, got 'gpu0'"):
+        q.to("gpu0")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_iteration_and_len_follow_the_first_dimension(fmt):
+    x = torch.randn(3, 2, 64)
+    q = quantize(x, fmt)
+    rows = list(q)
+    assert len(q) == 3 and len(rows) == 3 and len(q[1:1]) == 0
+    for i, row in enumerate(rows):
+        assert same_bits(row.dequantize(torch.float32), q.dequantize(torch.float32)[i])
+    assert bool(q[1:1])  # a container, not a value: __len__ does not make an empty one false
+    one_d = q[0, 0]
+    with pytest.raises(TypeError, match="iteration over a 1-D"):
+        list(one_d)
+    with pytest.raises(TypeError, match="len\\(\\) of a 1-D"):
+        len(one_d)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_equality_is_identity(fmt):
+    """The contents are tensors (compared element by element), so == is `is`, as for modules."""
+    q = quantize(torch.randn(3, 64), fmt)
+    twin = copy.deepcopy(q)
+    assert q == q and q != twin and q in [q] and twin not in [q] and hash(q) != hash(twin)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_torch_load_takes_fp4_tensors_with_weights_only(fmt, tmp_path):
+    q = quantize(torch.randn(5, 64), fmt)
+    torch.save({"q": q}, tmp_path / "q.pt")
+    loaded = torch.load(tmp_path / "q.pt", weights_only=True)["q"]
+    assert type(loaded) is type(q) and loaded.scale_layout == q.scale_layout
+    tensors = ["data", "scales"] + (["global_scale"] if fmt == "nvfp4" else [])
+    for name in tensors:
+        assert same_bits(getattr(loaded, name), getattr(q, name)), name
+
+
+def test_dequantize_refuses_a_global_scale_that_requires_grad():
+    q = fp4ops.quantize_nvfp4(torch.randn(4, 32))
+    g = q.global_scale.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="global_scale: requires grad, but fp4ops.dequantize has no backward"):
+        fp4ops.NVFP4Tensor(q.data, q.scales, g).dequantize(torch.float32)
+    with torch.no_grad():
+        assert same_bits(fp4ops.NVFP4Tensor(q.data, q.scales, g).dequantize(torch.float32), q.dequantize(torch.float32))

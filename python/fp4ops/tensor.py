@@ -12,6 +12,7 @@ from typing import ClassVar
 import torch
 
 from ._checks import (
+    check_no_grad,
     check_out_dtype,
     check_quantized,
     check_row_index,
@@ -25,7 +26,8 @@ from ._shapes import matrix_rows, scale_shape, unpacked_shape
 
 
 class _PackedE2M1:
-    """What both formats share: `data` is uint8 [..., K/2], element 2i in the low nibble."""
+    """What both formats share: `data` is uint8 [..., K/2], element 2i in the low nibble. Compared
+    (==, hash) by identity: their contents are tensors, which compare element by element."""
 
     data: torch.Tensor
     scale_layout: str
@@ -74,10 +76,37 @@ class _PackedE2M1:
         scales = self.scales.view(torch.uint8)[index].view(self.scales.dtype)
         return dataclasses.replace(self, data=self.data[index], scales=scales)
 
+    def __iter__(self):
+        """The rows along the first dimension (self[0], self[1], ...), as iterating a tensor gives
+        them; a 1-D FP4 tensor has no leading dimension to iterate (its elements are packed)."""
+        if self.data.dim() < 2:
+            raise TypeError(f"iteration over a 1-D {type(self).__name__}: its one dimension is K, whose elements are packed")
+        return (self[i] for i in range(self.data.shape[0]))
+
+    def __len__(self) -> int:
+        """The first dimension's size, as len() of a tensor; TypeError for a 1-D FP4 tensor."""
+        if self.data.dim() < 2:
+            raise TypeError(f"len() of a 1-D {type(self).__name__}: its one dimension is K, whose elements are packed")
+        return self.data.shape[0]
+
+    def __bool__(self) -> bool:
+        """Always true: an FP4 tensor is a container, not a value to test (and __len__ must not
+        make an empty one false)."""
+        return True
+
     def to(self, device, non_blocking: bool = False):
         """The same tensor on `device`: data, scales and (NVFP4) the global scale moved together;
-        self where it is there already, as torch.Tensor.to."""
-        device = torch.device(device)
+        self where it is there already, as torch.Tensor.to. The dtype is the format's: see
+        dequantize() for a dense tensor."""
+        if isinstance(device, torch.dtype):
+            raise TypeError(f"device: expected a device, got the dtype {device} (an FP4 tensor's dtype is its format; "
+                            f"dequantize(dtype) gives a dense tensor)")
+        if not isinstance(non_blocking, bool):
+            raise TypeError(f"non_blocking: expected a bool, got {type(non_blocking).__name__}")
+        try:
+            device = torch.device(device)
+        except (TypeError, RuntimeError) as error:
+            raise ValueError(f"device: expected a torch.device or a device string, got {device!r} ({error})") from None
         moved = {f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
                  for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
         if all(moved[name] is getattr(self, name) for name in moved):
@@ -88,7 +117,7 @@ class _PackedE2M1:
         return f"{type(self).__name__}(shape={tuple(self.shape)}, device={self.device}, scale_layout={self.scale_layout!r})"
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)
 class NVFP4Tensor(_PackedE2M1):
     """NVFP4 (SPEC 2): E2M1 elements, one float8_e4m3fn scale per 16, one fp32 global scale.
 
@@ -108,11 +137,12 @@ class NVFP4Tensor(_PackedE2M1):
         """The dense [..., K] tensor of dtype (float32, float16 or bfloat16): SPEC 2.6."""
         check_out_dtype(dtype)
         check_quantized(self)
+        check_no_grad(self.global_scale, "global_scale", "dequantize")
         g = decode_global_scale(self)
         return torch.ops.fp4ops.dequantize_nvfp4(self.data, self.scales, g, dtype, self.scale_layout)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)
 class MXFP4Tensor(_PackedE2M1):
     """MXFP4 (SPEC 3, OCP MX v1.0): E2M1 elements, one float8_e8m0fnu scale per 32."""
 
@@ -127,3 +157,8 @@ class MXFP4Tensor(_PackedE2M1):
         check_out_dtype(dtype)
         check_quantized(self)
         return torch.ops.fp4ops.dequantize_mxfp4(self.data, self.scales, dtype, self.scale_layout)
+
+
+# torch.load's default (weights_only=True) unpickles only allow-listed classes: a saved FP4 tensor
+# is plain data (tensors, a layout string), as safe to load as the tensors it holds.
+torch.serialization.add_safe_globals([NVFP4Tensor, MXFP4Tensor])
