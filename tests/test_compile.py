@@ -122,6 +122,28 @@ def test_rows_of_fp4_x_selected_in_a_compiled_function(device):
         assert_exact(compiled(x, start), fp4ops.linear(x, w)[:, start:])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_stochastic_rounding_without_a_seed_draws_outside_the_graph(device):
+    """seed=None draws a seed from torch's generator on the host: a compiled function breaks its
+    graph there and draws afresh every call; under fullgraph the refusal says to give a seed
+    (before, the drawn int reached the op as a symbolic value its schema refused)."""
+    x = torch.randn(8, 64, device=device)
+
+    def fn(t):
+        return fp4ops.quantize_nvfp4(t, stochastic_rounding=True).data
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, dynamic=True)
+    assert (compiled(x) != compiled(x)).any()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="draws its seed on the host|_draw_seed"):
+        torch.compile(fn, fullgraph=True, dynamic=True)(x)
+    torch._dynamo.reset()
+    seeded = torch.compile(lambda t: fp4ops.quantize_nvfp4(t, stochastic_rounding=True, seed=7).data, fullgraph=True,
+                           dynamic=True)
+    assert_same_bytes(seeded(x), fp4ops.quantize_nvfp4(x, stochastic_rounding=True, seed=7).data)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="mode='reduce-overhead' runs CUDA graphs: needs a GPU")
 @pytest.mark.parametrize("fn", ALL_FUNCTIONS)
 def test_reduce_overhead_mode_matches_eager(fn):

@@ -60,7 +60,7 @@ def recipe_input(shape, dtype) -> torch.Tensor:
 @pytest.mark.parametrize("opt", OPTIONS, ids=option_id)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 # (3, 80, 160): several matrices, each of 2 x 3 tiles (partial in both directions) on CUDA.
-@pytest.mark.parametrize("shape", [(48, 96), (2, 32, 272), (3, 80, 160), (16, 4096 + 256)], ids=str)
+@pytest.mark.parametrize("shape", [(48, 96), (2, 32, 272), (3, 80, 160), (16, 4096 + 256), (2, 0, 32)], ids=str)
 def test_rowwise_and_columnwise_match_reference(shape, dtype, opt, device):
     check_against_reference(recipe_input(shape, dtype), None, True, True, opt, device)
 
@@ -72,8 +72,8 @@ def test_rowwise_and_columnwise_match_reference(shape, dtype, opt, device):
 # no swizzle padding, so it walks the blocks in swizzled-memory order there; (37, 64) and
 # (3, 20, 48) end in a partial 16-row strip (2D tiles of fewer rows). Rowwise-only 2D takes the
 # strip kernel on CUDA (16 rows x 32 block columns per unit): (2, 40, 1056) has 66 block columns,
-# so a partial last unit in both directions, and strips that end inside each matrix.
-@pytest.mark.parametrize("shape", [(37, 64), (3, 20, 48), (128,), (2, 128, 256), (2, 40, 1056)], ids=str)
+# so a partial last unit in both directions, and strips that end inside each matrix. (0, 64): no rows.
+@pytest.mark.parametrize("shape", [(37, 64), (3, 20, 48), (128,), (2, 128, 256), (2, 40, 1056), (0, 64)], ids=str)
 def test_rowwise_only_match_reference(shape, dtype, opt, device):
     if opt[0] and len(shape) < 2:
         pytest.skip("2D blocks need 2 dimensions")

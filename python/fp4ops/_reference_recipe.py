@@ -4,6 +4,8 @@ the oracle (_reference_core) and imports nothing else from fp4ops."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._reference_core import E2M1_MAGNITUDES, amax, encode_nvfp4_blocks, nvfp4_global_scale
@@ -24,7 +26,7 @@ def rht_fp32(x: torch.Tensor, signs_mask: int) -> torch.Tensor:
     fp32 sign flips, the butterfly with stages h = 1, 2, 4, 8 (sums and differences in fp32),
     then * 1/4. Differs from `rht` (float64, one rounding) by fp32 rounding only."""
     signs = torch.tensor([-1.0 if signs_mask >> i & 1 else 1.0 for i in range(16)], device=x.device)
-    v = (x.float().reshape(*x.shape[:-1], -1, 16) * signs).clone()
+    v = (x.float().reshape(*x.shape[:-1], x.shape[-1] // 16, 16) * signs).clone()
     h = 1
     while h < 16:
         # View the group as [16 / (2h), 2, h]: index 0 of the middle axis holds i with bit h clear.
@@ -120,7 +122,8 @@ def quantize_nvfp4_recipe(x: torch.Tensor, global_scale=None, *, rowwise: bool =
     ([..., K, rows], blocks along the rows). global_scale None: each direction's g from the amax
     of what it quantizes (after the rotation)."""
     shape = x.shape
-    x3 = x.reshape(-1, shape[-2] if x.dim() >= 2 else 1, shape[-1])
+    # Sizes written out, not -1: with zero rows a -1 would be ambiguous.
+    x3 = x.reshape(math.prod(shape[:-2]), shape[-2] if x.dim() >= 2 else 1, shape[-1])
     g = None if global_scale is None else torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
     if g is None and signs_mask_is_off(hadamard_signs):
         g = nvfp4_global_scale(amax(x))
@@ -129,11 +132,11 @@ def quantize_nvfp4_recipe(x: torch.Tensor, global_scale=None, *, rowwise: bool =
     row = col = None
     if rowwise:
         data, scales, g_row = _direction(x3, g, columnwise=False, **options)
-        row = (data.reshape(*shape[:-1], -1), scales.reshape(*shape[:-1], -1), g_row)
+        row = (data.reshape(*shape[:-1], shape[-1] // 2), scales.reshape(*shape[:-1], shape[-1] // 16), g_row)
     if columnwise:
         t_shape = (*shape[:-2], shape[-1], shape[-2])
         data, scales, g_col = _direction(x3.transpose(1, 2), g, columnwise=True, **options)
-        col = (data.reshape(*t_shape[:-1], -1), scales.reshape(*t_shape[:-1], -1), g_col)
+        col = (data.reshape(*t_shape[:-1], t_shape[-1] // 2), scales.reshape(*t_shape[:-1], t_shape[-1] // 16), g_col)
     row = row or (*empty, col[2])
     col = col or (*empty, row[2])
     return (*row, *col)

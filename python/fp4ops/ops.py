@@ -67,7 +67,8 @@ def quantize_nvfp4(x: torch.Tensor, global_scale=None, *, scale_layout: str = "l
       `reference.inverse_rht` undoes it; rotating both GEMM operands leaves the product unchanged.
     block_2d: one scale per 16x16 tile (weights), repeated on each of the tile's rows.
     stochastic_rounding: E2M1 elements rounded stochastically, reproducible from (seed, offset)
-      (Philox4x32-10); seed None draws one from torch's default generator.
+      (Philox4x32-10); seed None draws one from torch's default generator (on the host: under
+      torch.compile a graph break, refused with fullgraph=True, where an int seed compiles).
     """
     check_float_input(x)
     check_last_dim_multiple(x, NVFP4_BLOCK, "the NVFP4 block")
@@ -109,19 +110,48 @@ def quantize_nvfp4_rowwise_columnwise(x: torch.Tensor, global_scale=None, *, sca
             NVFP4Tensor(outs[3], outs[4], outs[5], scale_layout))
 
 
+def _hadamard_mask(hadamard) -> int:
+    """The kernels' sign mask for `hadamard` (True, False/None, an int seed or 16 signs); -1: off."""
+    if hadamard is True:
+        return sign_mask_of_seed(None)
+    if hadamard is False or hadamard is None:
+        return -1
+    if isinstance(hadamard, int):
+        if not -2**63 <= hadamard < 2**64:
+            raise ValueError(f"hadamard: a seed must be in [-2^63, 2^64) (torch.Generator's seeds), got {hadamard}")
+        return sign_mask_of_seed(hadamard)
+    if isinstance(hadamard, (str, bytes)):
+        raise TypeError(f"hadamard: expected a bool, an int seed or 16 signs of +1 or -1, got {type(hadamard).__name__}")
+    try:
+        signs = torch.as_tensor(hadamard).flatten().tolist()
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"hadamard: expected a bool, an int seed or 16 signs of +1 or -1, "
+                        f"got {type(hadamard).__name__}") from None
+    return hadamard_sign_mask(signs)
+
+
+def _draw_seed() -> int:
+    """A stochastic-rounding seed from torch's default generator, on the host."""
+    return int(torch.randint(0, 2**62, ()).item())
+
+
+# Kept out of compiled graphs: traced, the drawn int would reach the op as a symbolic value, which
+# its `int?` seed does not take. torch.compile breaks the graph there, and under fullgraph refuses
+# the call with this reason.
+_DRAW_SEED_REASON = "stochastic_rounding with seed=None draws its seed on the host; under fullgraph give seed=<int>"
+try:
+    _draw_seed = torch.compiler.disable(_draw_seed, reason=_DRAW_SEED_REASON)
+except TypeError:  # torch.compiler.disable without `reason`
+    _draw_seed = torch.compiler.disable(_draw_seed)
+
+
 def _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset):
     """(block_2d, hadamard_signs, seed, offset) for quantize_nvfp4_recipe, or None when every
     option is off (the plain quantizer gives the same bits, faster)."""
-    if hadamard is True:
-        signs = sign_mask_of_seed(None)
-    elif hadamard is False or hadamard is None:
-        signs = -1
-    elif isinstance(hadamard, int):
-        signs = sign_mask_of_seed(hadamard)
-    else:
-        signs = hadamard_sign_mask(torch.as_tensor(hadamard).flatten().tolist())
-    if not isinstance(block_2d, bool):
-        raise TypeError(f"block_2d: expected a bool, got {type(block_2d).__name__}")
+    signs = _hadamard_mask(hadamard)
+    for name, flag in (("block_2d", block_2d), ("stochastic_rounding", stochastic_rounding)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
     if block_2d and signs >= 0:
         raise ValueError("block_2d: 16x16 block scaling and the Hadamard rotation cannot be combined (as in Transformer Engine)")
     for name, value in (("offset", offset),) + ((("seed", seed),) if seed is not None else ()):
@@ -132,7 +162,7 @@ def _recipe_args(hadamard, block_2d, stochastic_rounding, seed, offset):
     if seed is not None and not stochastic_rounding:
         raise ValueError("seed: given without stochastic_rounding=True")
     if stochastic_rounding and seed is None:
-        seed = int(torch.randint(0, 2**62, ()).item())
+        seed = _draw_seed()
     if signs < 0 and not block_2d and not stochastic_rounding:
         return None
     return block_2d, signs, seed if stochastic_rounding else None, offset
