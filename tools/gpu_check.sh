@@ -7,7 +7,7 @@
 # (then an installed fp4ops, or else one built in place under python/).
 #
 #   tools/gpu_check.sh LOG_DIR [GROUP ...]     default groups: all of them, in the order below
-#   FP4OPS_CUDA_ARCHS=9.0 (default here), MAX_JOBS=16, WORKERS=8, GROUP_SECONDS=240,
+#   FP4OPS_CUDA_ARCHS=9.0 (default here), MAX_JOBS=16, WORKERS=8, GROUP_SECONDS=300,
 #   FP4OPS_TESTS_CUDA_ONLY=1 (default here: tests parametrized with device "cpu" are deselected;
 #   CI runs them; set 0 to run them too)
 #
@@ -63,11 +63,11 @@ for group in "$@"; do
   files=$(files_of "$group") || { echo "$group: unknown group"; status=1; continue; }
   began=$(date +%s)
   # shellcheck disable=SC2086
-  timeout "${GROUP_SECONDS:-240}" python3 -m pytest $files -q -p no:cacheprovider -n "${WORKERS:-8}" \
+  timeout "${GROUP_SECONDS:-300}" python3 -m pytest $files -q -p no:cacheprovider -n "${WORKERS:-8}" \
     --durations=10 -rfE > "$log_dir/tests-$group.log" 2>&1
   rc=$?
   summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed)|no tests ran|error" "$log_dir/tests-$group.log" | tail -n 1)
-  [ "$rc" -eq 124 ] && summary="cut off at ${GROUP_SECONDS:-240} s"
+  [ "$rc" -eq 124 ] && summary="cut off at ${GROUP_SECONDS:-300} s"
   echo "$group: rc=$rc ${summary:-see $log_dir/tests-$group.log} ($(( $(date +%s) - began )) s)"
   [ "$rc" -ne 0 ] && status=1
 done
