@@ -132,3 +132,26 @@ def test_dequantize_leaves_float8_inputs_untouched(device):
             if isinstance(a, torch.Tensor):
                 assert torch.equal(a.view(torch.uint8) if a.dtype in FLOAT8 else a, b.view(torch.uint8) if b.dtype in FLOAT8 else b)
                 assert out.data_ptr() != a.data_ptr()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_meta_tensor_among_real_ones_is_refused_by_name(device):
+    """A real meta tensor among CPU or CUDA ones sends the call to the fake kernel (Meta outranks
+    the backends): each op's fake must refuse it, naming the argument, rather than hand back its
+    empty tensors as results. Every sample of every op, each tensor argument but the first moved
+    to meta in turn."""
+    moved_any = set()
+    for name, args in samples(device):
+        if device == "cuda" and not cuda_has_kernel(name):
+            continue
+        schema = getattr(ops, name).default._schema
+        for i, arg in enumerate(args):
+            first = next(j for j, a in enumerate(args) if isinstance(a, torch.Tensor))
+            if not isinstance(arg, torch.Tensor) or i == first:
+                continue
+            changed = list(args)
+            changed[i] = arg.to("meta")
+            with pytest.raises(RuntimeError, match=f"^{schema.arguments[i].name}: expected a tensor on {device}"):
+                getattr(ops, name)(*changed)
+            moved_any.add(name)
+    assert moved_any
