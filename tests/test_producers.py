@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 from conftest import (
@@ -26,6 +27,7 @@ from conftest import (
     fp4ops_kernels_launched,
     requires_caching_allocator,
     requires_cuda,
+    same_bits,
     takes_one_cluster,
 )
 
@@ -832,6 +834,22 @@ def test_rms_norm_zero_rows(device, format):
         assert_same_values(zero_eps.y, ref, "eps = 0 vs reference")
     else:
         assert_same_values(zero_eps.y, run_rms(x.cpu(), weight.cpu(), t, eps=0.0).y, "eps = 0, CUDA vs CPU")
+
+
+def test_rms_norm_eps_is_taken_as_float32():
+    """eps is SPEC 7's e = fp32(eps): the largest double that rounds to a finite fp32 is taken
+    (by the op and its wrapper alike), the next one (it rounds to inf, and every rs would be 0) is
+    refused, and a numpy float32 is a number like any other."""
+    x, weight = torch.randn(2, 64), torch.randn(64)
+    last_finite = float(np.nextafter(np.float64(np.finfo(np.float32).max) + 2.0**103, 0))
+    for call in (lambda e: fp4ops.rms_norm_quantize(x, weight, e),
+                 lambda e: torch.ops.fp4ops.rms_norm_quantize(x, weight, e, None, "nvfp4", None, "floor", "linear", False)):
+        call(last_finite)
+        with pytest.raises((ValueError, RuntimeError), match="eps: expected a finite .* >= 0.*(in float32)"):
+            call(last_finite + 2.0**(127 - 52))
+    given = fp4ops.rms_norm_quantize(x, weight, np.float32(1e-5))
+    plain = fp4ops.rms_norm_quantize(x, weight, float(np.float32(1e-5)))
+    assert torch.equal(given.data, plain.data) and same_bits(given.scales, plain.scales)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -56,7 +57,11 @@ inline void check_rms_norm_args(const at::Tensor& x, const at::Tensor& weight, d
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == hidden, "weight: expected shape [", int_str(hidden),
               "] (x's last dimension), got ", shape_str(weight.sizes()));
   check_same_device(weight, "weight", x, "x");
-  TORCH_CHECK(std::isfinite(eps) && eps >= 0.0, "eps: expected a finite value >= 0, got ", std::to_string(eps));
+  // SPEC 7 takes e = fp32(eps): finite there too. Doubles from FLT_MAX + half its ulp (2^103) up
+  // round to fp32 infinity (the tie goes to the even 2^128), which would make every row's rs 0.
+  constexpr double kFirstRoundingToInf = static_cast<double>(std::numeric_limits<float>::max()) + 0x1p103;
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0.0 && eps < kFirstRoundingToInf,
+              "eps: expected a finite value >= 0 (finite in float32 too), got ", std::to_string(eps));
   if (residual.has_value()) {
     TORCH_CHECK(residual->scalar_type() == x.scalar_type(), "residual: expected ", x.scalar_type(),
                 " (x's dtype), got ", residual->scalar_type());

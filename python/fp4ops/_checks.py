@@ -10,7 +10,7 @@ import operator
 
 import torch
 
-from ._formats import FLOAT_DTYPES, SCALE_DTYPES, SCALE_LAYOUTS, SCALE_RULES
+from ._formats import FLOAT_DTYPES, FORMATS, SCALE_DTYPES, SCALE_LAYOUTS, SCALE_RULES
 from ._shapes import scale_shape, swizzled_shape, unpacked_shape
 
 _FLT_MAX = torch.finfo(torch.float32).max
@@ -64,6 +64,13 @@ def check_scale_layout(scale_layout) -> None:
 def check_scale_rule(scale_rule) -> None:
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"scale_rule: expected 'floor' or 'rceil', got {scale_rule!r}")
+
+
+def check_format(format) -> None:
+    if not isinstance(format, str):
+        raise TypeError(f"format: expected 'nvfp4' or 'mxfp4', got {type(format).__name__}")
+    if format not in FORMATS:
+        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
 
 
 def check_format_scale_rule(format: str, scale_rule) -> None:

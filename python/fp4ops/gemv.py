@@ -24,7 +24,7 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
         raise TypeError(f"a: expected an NVFP4Tensor or MXFP4Tensor, got {type(a).__name__}")
     if out_dtype not in GEMV_OUT_DTYPES:
         raise TypeError(f"out_dtype: expected torch.float16, torch.bfloat16 or torch.float32, got {out_dtype}")
-    check_quantized(a)
+    check_quantized(a, "a")
     a = a.with_scale_layout("linear")
     if a.data.dim() not in (2, 3):
         raise ValueError(f"a: expected shape [M, K] or [L, M, K], got {tuple(a.shape)}")
@@ -38,7 +38,7 @@ def gemv(a, b, *, out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
     if isinstance(b, (NVFP4Tensor, MXFP4Tensor)):
         if type(b) is not type(a):
             raise TypeError(f"b: expected {type(a).__name__} (the format of a) or a dense tensor, got {type(b).__name__}")
-        check_quantized(b)
+        check_quantized(b, "b")
         b = b.with_scale_layout("linear")
         if tuple(b.shape) != expected_b:
             raise ValueError(f"b: expected shape {expected_b} for a of shape {tuple(a.shape)}, got {tuple(b.shape)}")

@@ -8,10 +8,12 @@ bit, `quantize_nvfp4` / `quantize_mxfp4` of that intermediate.
 from __future__ import annotations
 
 import math
+import numbers
+import struct
 
 import torch
 
-from ._checks import (check_float_input, check_format_scale_rule, check_same_device, check_scale_layout, check_tensor,
+from ._checks import (check_float_input, check_format, check_format_scale_rule, check_same_device, check_scale_layout, check_tensor,
                       global_scale_tensor, without_grad)
 from ._formats import FORMATS
 from .tensor import MXFP4Tensor, NVFP4Tensor
@@ -19,13 +21,26 @@ from .tensor import MXFP4Tensor, NVFP4Tensor
 
 def _check_target(format, global_scale, scale_rule, scale_layout, x):
     """(block, the global-scale tensor or None) for `format`; the options checked as the op does."""
-    if format not in FORMATS:
-        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    check_format(format)
     check_format_scale_rule(format, scale_rule)
     check_scale_layout(scale_layout)
     if format == "mxfp4" and global_scale is not None:
         raise ValueError("global_scale: MXFP4 has no global scale; pass None")
     return FORMATS[format][0], global_scale_tensor(global_scale, x)
+
+
+def _check_eps(eps) -> None:
+    """SPEC 7's e = fp32(eps): a real number (numpy's included) whose fp32 rounding is finite and
+    >= 0 (1e39 rounds to inf, and rs would then be 0 for every row)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps: expected a real number, got {type(eps).__name__}")
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
+    try:
+        struct.pack("<f", eps)  # rounds as a C cast does, and refuses what would round to infinity
+    except OverflowError:
+        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r} (infinite in float32)") from None
 
 
 def _check_width(width: int, block: int, format: str, what: str) -> None:
@@ -57,8 +72,7 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, 
     if tuple(weight.shape) != (x.shape[-1],):
         raise ValueError(f"weight: expected shape ({x.shape[-1]},) (x's last dimension), got {tuple(weight.shape)}")
     check_same_device(weight, x, "weight", "x")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
+    _check_eps(eps)
     if residual is not None:
         check_tensor(residual, "residual")
         if residual.dtype != x.dtype:
