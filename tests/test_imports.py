@@ -166,3 +166,13 @@ def fresh_imports() -> dict[str, subprocess.CompletedProcess]:
 def test_module_imports_in_a_fresh_interpreter(fresh_imports, module):
     result = fresh_imports[module]
     assert result.returncode == 0, f"import {module} failed:\n{result.stderr}"
+
+
+def test_the_checkpoint_module_is_an_attribute_after_a_plain_import():
+    """The README calls fp4ops.checkpoint.load after `import fp4ops`; the module (safetensors
+    behind it) is imported on that first use, not by `import fp4ops`."""
+    script = ("import sys, fp4ops; assert 'fp4ops.checkpoint' not in sys.modules; "
+              "assert callable(fp4ops.checkpoint.load); assert not hasattr(fp4ops, 'no_such_name')")
+    result = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE_DIR.parent, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr

@@ -291,6 +291,23 @@ def test_reduce_overhead_compile_matches_eager(fmt):
         (lambda: replace_linears(nn.Linear(64, 8), "mxfp4", scale_rule="ceil"), ValueError,
          "scale_rule: expected 'floor' or 'rceil', got 'ceil'"),
         (lambda: replace_linears(nn.Linear(64, 8), skip=3), TypeError, "skip: expected a string or an iterable"),
+        (lambda: FP4Linear(64, 8, batch_invariant=1), TypeError, "batch_invariant: expected a bool, got int"),
+        (lambda: setattr(FP4Linear(64, 8), "batch_invariant", "yes"), TypeError, "batch_invariant: expected a bool"),
+        (lambda: FP4Linear(64, 8, batch_invariant=True)(torch.randn(2, 64)), ValueError,
+         "x: batch_invariant=True takes float16 or bfloat16 x"),
+        (lambda: FP4Linear(64, 8).load_quantized_weight(
+            fp4ops.NVFP4Tensor(torch.zeros(8, 32, dtype=torch.uint8), torch.zeros(8, 1, dtype=torch.float8_e4m3fn),
+                               torch.ones(()))), ValueError, "q.scales: expected shape (8, 4)"),
+        (lambda: replace_linears("model"), TypeError, "module: expected a torch.nn.Module, got str"),
+        (lambda: replace_linears(nn.Linear(64, 8), checkpoint=123), TypeError, "checkpoint: expected a path or the dict"),
+        (lambda: replace_linears(nn.Linear(64, 8), checkpoint="/no/such/checkpoint"), ValueError,
+         "checkpoint: no such file or directory"),
+        (lambda: replace_linears(nn.Sequential(nn.Linear(64, 8)), checkpoint={
+            "0.weight": fp4ops.quantize_nvfp4(torch.randn(8, 64)), "0.bias": torch.tensor([5.0])}), ValueError,
+         "checkpoint: 0.bias expected shape (8,), got (1,)"),
+        (lambda: replace_linears(nn.Sequential(nn.Linear(64, 8)), checkpoint={
+            "0.weight": fp4ops.quantize_nvfp4(torch.randn(8, 64)), "0.bias": torch.zeros(8, dtype=torch.int64)}),
+         TypeError, "checkpoint: 0.bias expected a float16, bfloat16 or float32 tensor, got torch.int64"),
         (lambda: replace_linears(nn.Linear(64, 8), skip=["a", None]), TypeError, "skip: expected strings"),
     ],
 )

@@ -47,3 +47,13 @@ __all__ = [
     "unswizzle_scales",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # fp4ops.checkpoint reads and writes safetensors (an optional dependency): imported on first
+    # use, so that `import fp4ops` needs only torch and `fp4ops.checkpoint.load` still works.
+    if name == "checkpoint":
+        import importlib
+
+        return importlib.import_module(".checkpoint", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

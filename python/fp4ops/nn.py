@@ -7,10 +7,12 @@ The weight is stored as ModelOpt-style buffers, so a state_dict is also the chec
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
-from ._checks import check_float_input, check_format_scale_rule, skip_patterns
+from ._checks import check_float_input, check_format, check_format_scale_rule, check_quantized, skip_patterns
 from ._formats import FORMATS
 from .linear import as_rows, linear, with_leading_dims
 from .ops import quantize_mxfp4, quantize_nvfp4
@@ -34,8 +36,7 @@ class FP4Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, format: str = "nvfp4",
                  device=None, dtype: torch.dtype = torch.bfloat16, batch_invariant: bool = False):
         super().__init__()
-        if format not in FORMATS:
-            raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+        check_format(format)
         block, scale_dtype = FORMATS[format]
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -43,13 +44,25 @@ class FP4Linear(nn.Module):
         if in_features % block != 0:
             raise ValueError(f"in_features: expected a multiple of {block} ({format} block), got {in_features}")
         self.in_features, self.out_features, self.format = in_features, out_features, format
-        self.batch_invariant = batch_invariant
+        self.batch_invariant = batch_invariant  # checked by the property's setter
         self.register_buffer("weight", torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device))
         scales = torch.zeros(out_features, in_features // block, dtype=torch.uint8, device=device).view(scale_dtype)
         self.register_buffer("weight_scale", scales)
         global_scale = torch.ones((), dtype=torch.float32, device=device) if format == "nvfp4" else None
         self.register_buffer("weight_scale_2", global_scale)
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device), requires_grad=False) if bias else None
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether every row count stays on the kernel family (each row's result independent of the
+        batch); settable any time. fp16/bf16 inputs only: an fp32 input with it set is refused."""
+        return self._batch_invariant
+
+    @batch_invariant.setter
+    def batch_invariant(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"batch_invariant: expected a bool, got {type(value).__name__}")
+        self._batch_invariant = value
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, format: str = "nvfp4", *, scale_rule: str = "floor") -> FP4Linear:
@@ -73,6 +86,7 @@ class FP4Linear(nn.Module):
         expected_type = NVFP4Tensor if self.format == "nvfp4" else MXFP4Tensor
         if not isinstance(q, expected_type):
             raise TypeError(f"q: expected {expected_type.__name__} for format {self.format!r}, got {type(q).__name__}")
+        check_quantized(q, "q")  # scales of another shape would broadcast in copy_
         if tuple(q.shape) != (self.out_features, self.in_features):
             raise ValueError(f"q: expected shape {(self.out_features, self.in_features)}, got {tuple(q.shape)}")
         q = q.with_scale_layout("linear")
@@ -128,11 +142,14 @@ class FP4Linear(nn.Module):
             raise ValueError(f"x: expected the last dimension to be {self.in_features}, got {x.shape[-1]}")
         bias = self._parameters.get("bias")  # None where the layer has none (a plain attribute then)
         if x.dtype == torch.float32:
+            if self._batch_invariant:
+                raise ValueError("x: batch_invariant=True takes float16 or bfloat16 x; a float32 x goes through "
+                                 "F.linear with the dequantized weight, whose rows may depend on the batch")
             bias = None if bias is None else bias.to(torch.float32)
             return nn.functional.linear(x, self.quantized_weight().dequantize(torch.float32), bias)
         if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
             # fp4ops.linear refuses it, naming the argument (the op has no backward).
-            return linear(x, self.quantized_weight(), bias, out_dtype=x.dtype, batch_invariant=self.batch_invariant)
+            return linear(x, self.quantized_weight(), bias, out_dtype=x.dtype, batch_invariant=self._batch_invariant)
         # The call fp4ops.linear makes, without its checks of W: the buffers are its arguments as
         # they are (linear scales; NVFP4's one-element fp32 global scale), their dtypes and shapes
         # set here and kept by load_state_dict, and the op checks every argument again, by name. A
@@ -141,7 +158,7 @@ class FP4Linear(nn.Module):
         buffers = self._buffers
         y = torch.ops.fp4ops.linear(as_rows(x, self.in_features), None, None, buffers["weight"],
                                     buffers["weight_scale"], buffers["weight_scale_2"], bias, x.dtype,
-                                    self.batch_invariant)
+                                    self._batch_invariant)
         return with_leading_dims(y, x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -162,10 +179,11 @@ def replace_linears(module: nn.Module, format: str = "nvfp4", *, skip=("lm_head"
     codes and scales (its format; `format`, `skip` and `scale_rule` are not used), with the
     checkpoint's `<name>.bias` where it has one, else the module's bias. Linears stored dense stay
     as they are."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     if checkpoint is not None:
         return _replace_from_checkpoint(module, checkpoint)
-    if format not in FORMATS:
-        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    check_format(format)
     check_format_scale_rule(format, scale_rule)
     skip = skip_patterns(skip)
     block = FORMATS[format][0]
@@ -189,10 +207,15 @@ def _linears(module: nn.Module):
 def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
     if isinstance(checkpoint, dict):
         tensors = checkpoint
-    else:
+    elif isinstance(checkpoint, (str, os.PathLike)):
+        if not os.path.exists(checkpoint):
+            raise ValueError(f"checkpoint: no such file or directory: {str(checkpoint)!r}")
         from .checkpoint import load  # only here: reading checkpoints needs safetensors
 
         tensors = load(str(checkpoint))
+    else:
+        raise TypeError(f"checkpoint: expected a path or the dict fp4ops.checkpoint.load returns, "
+                        f"got {type(checkpoint).__name__}")
     swapped = []
     for parent, child_name, qualified, leaf in _linears(module):
         q = tensors.get(f"{qualified}.weight")
@@ -202,6 +225,7 @@ def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
             raise ValueError(f"checkpoint: {qualified}.weight has shape {tuple(q.shape)}, but the module is "
                              f"[{leaf.out_features}, {leaf.in_features}]")
         bias = tensors.get(f"{qualified}.bias", leaf.bias)
+        _check_checkpoint_bias(bias, f"{qualified}.bias", leaf.out_features)
         fp4 = FP4Linear(leaf.in_features, leaf.out_features, bias is not None,
                         format="nvfp4" if isinstance(q, NVFP4Tensor) else "mxfp4", device=leaf.weight.device,
                         dtype=bias.dtype if bias is not None else leaf.weight.dtype)
@@ -211,3 +235,15 @@ def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
         setattr(parent, child_name, fp4)
         swapped.append(qualified)
     return swapped
+
+
+def _check_checkpoint_bias(bias, name: str, out_features: int) -> None:
+    """A bias from a checkpoint as FP4Linear holds it: None, or [out_features] in a float dtype
+    fp4ops.linear takes (a [1] bias would broadcast in copy_)."""
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor) or bias.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise TypeError(f"checkpoint: {name} expected a float16, bfloat16 or float32 tensor, got {got}")
+    if tuple(bias.shape) != (out_features,):
+        raise ValueError(f"checkpoint: {name} expected shape ({out_features},), got {tuple(bias.shape)}")
