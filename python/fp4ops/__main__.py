@@ -9,7 +9,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "quantize":
 
     quantize_main(sys.argv[2:])
 else:
-    from .demo import main
+    from .demo import check_arguments, main
 
     parser = argparse.ArgumentParser(prog="python -m fp4ops", description=__doc__,
                                      epilog="python -m fp4ops quantize --help: the checkpoint quantizer")
@@ -18,4 +18,5 @@ else:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the best one present)")
     args = parser.parse_args()
+    check_arguments(parser, args)
     main(args.rows, args.cols, args.seed, args.device)

@@ -73,6 +73,25 @@ def run(rows: int = 4096, cols: int = 4096, seed: int = 0, device: torch.device 
     return results
 
 
+def check_arguments(parser, args) -> None:
+    """The demo's arguments, each refused by name through parser.error (usage, one line, exit 2)
+    before any work."""
+    if args.rows < 1:
+        parser.error(f"--rows: expected a count >= 1, got {args.rows}")
+    if args.cols < 32 or args.cols % 32:
+        parser.error(f"--cols: expected a positive multiple of 32 (the MXFP4 block), got {args.cols}")
+    if args.device is None:
+        return
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, TypeError):
+        parser.error(f"--device: expected cpu or cuda, got {args.device!r}")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device: expected cpu or cuda, got {args.device!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device: {args.device!r} asked for, but no CUDA GPU is available")
+
+
 def main(rows: int, cols: int, seed: int, device: str | None) -> None:
     from tabulate import tabulate
 
