@@ -113,6 +113,21 @@ def test_a_skipped_linear_is_in_the_ignore_list_and_loads_dense(tmp_path):
     assert torch.equal(model.state_dict()[name], original[name])
 
 
+def test_a_quantized_lm_head_is_not_ignored_and_loads_quantized(tmp_path):
+    """--skip replaces the default patterns: without lm_head among them, lm_head is quantized, so the
+    ignore list must not name it (compressed-tensors would then look for a dense lm_head.weight)."""
+    src, dst = tmp_path / "llama", tmp_path / "llama-nvfp4"
+    original = tiny_llama(src)
+    reports = quantize_checkpoint(str(src), str(dst), "nvfp4", skip=("embed", "norm"), device="cpu", progress=False)
+    assert "lm_head.weight" in {r.name for r in reports}
+    assert json.loads((dst / "config.json").read_text())["quantization_config"]["ignore"] == []
+    model, info = load(dst, decompress=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    g = compressed_tensors_global_scale(fp4ops.amax(original["lm_head.weight"]) / torch.tensor(2688.0))
+    expected = fp4ops.quantize_nvfp4(original["lm_head.weight"], g).dequantize(torch.bfloat16)
+    assert torch.equal(model.state_dict()["lm_head.weight"].view(torch.int16), expected.view(torch.int16))
+
+
 def library_decompress(stored: dict[str, torch.Tensor]) -> torch.Tensor:
     """compressed-tensors' own NVFP4 decompressor, with the scheme parsed from our config."""
     from compressed_tensors.compressors.base import BaseCompressor

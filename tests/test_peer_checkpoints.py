@@ -10,7 +10,8 @@ compressed-tensors (test extras).
 
 What is held:
 - fp4ops.checkpoint.load folds every quantized linear into an NVFP4Tensor / MXFP4Tensor holding the
-  stored codes and scales, passes every other tensor through as stored (activation scales included);
+  stored codes and scales, passes every other tensor through as stored (activation scales included),
+  and names the tensor when a weight's part is missing or of the wrong shape;
 - fp4ops.dequantize(bf16) of each is the tool's own decode, bit for bit: compressed-tensors'
   decompressor, ModelOpt's NVFP4QTensor.dequantize. One documented difference: ModelOpt decodes the
   E2M1 code 0x8 (-0, SPEC 1) to +0, so there the sign of zero, and only there, differs;
@@ -203,6 +204,33 @@ def test_activation_scales_are_kept_as_stored(name):
         assert value.dtype == torch.float32 and value.shape == raw[key].shape and torch.equal(bits(value), bits(raw[key]))
         assert value.shape == ((1,) if activation == "input_global_scale" else ())
         assert float(value.reshape(())) > 0
+
+
+@pytest.mark.parametrize("name,suffix,how", [("llmcompressor_nvfp4a16", "weight_global_scale", "drop"),
+                                              ("modelopt_nvfp4a16", "weight_scale_2", "drop"),
+                                              ("llmcompressor_mxfp4a16", "weight_scale", "drop"),
+                                              ("llmcompressor_nvfp4", "weight_scale", "one column less"),
+                                              ("modelopt_nvfp4", "weight_scale", "one row less")])
+def test_a_tools_weight_with_a_part_missing_or_misshapen_is_an_error_naming_it(name, suffix, how):
+    """A part of one random weight taken away: load names the tensor, where it would otherwise give
+    a bare KeyError or fold scales that decode every element with the wrong scale."""
+    from fp4ops.checkpoint import fold_quantized
+
+    raw = stored(name)
+    module = MODULES[int(torch.randint(len(MODULES), ()))]
+    key = f"{module}.{suffix}"
+    if how == "drop":
+        del raw[key]
+        expected = f"{key}: missing ("
+    elif how == "one column less":
+        raw[key] = raw[key][:, :-1]
+        expected = f"{key}: expected shape "
+    else:
+        raw[key] = raw[key][:-1]
+        expected = f"{key}: expected shape "
+    with pytest.raises(ValueError) as error:
+        fold_quantized(raw)
+    assert str(error.value).startswith(expected), str(error.value)
 
 
 def bf16_ulp(x: torch.Tensor) -> float:

@@ -120,12 +120,17 @@ def _module_names(weight_names) -> list[str]:
     return sorted({name[: -len(".weight")] for name in weight_names})
 
 
-def unquantized_linears(dense: dict[str, str]) -> list[str]:
-    """The modules an engine must leave dense: every linear weight left unquantized, named by its
-    module, and always lm_head (its weight may be tied to the embeddings and absent). Embeddings
-    are not linears, so they are left out."""
-    names = _module_names(name for name in dense if "embed" not in name)
-    return sorted(set(names) | {"lm_head"})
+def unquantized_linears(dense: dict[str, str], quantized) -> list[str]:
+    """The modules an engine must leave dense, exactly: every linear weight left unquantized
+    (`dense`), named by its module, and lm_head unless `quantized` (the weights quantized) holds
+    its weight. A checkpoint without lm_head's weight ties it to the embeddings, which stay dense,
+    and an engine that builds it as a Linear must not look for FP4 tensors; a quantized lm_head
+    listed would be loaded dense from tensors that are not there. Embeddings are not linears, so
+    they are left out."""
+    names = set(_module_names(name for name in dense if "embed" not in name))
+    if "lm_head.weight" not in quantized:
+        names.add("lm_head")
+    return sorted(names)
 
 
 def compressed_tensors_config(format: str, ignore: list[str]) -> dict:

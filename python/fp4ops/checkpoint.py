@@ -13,16 +13,20 @@ that compressed-tensors decodes exactly what fp4ops does; docs/decisions.md #18)
 config.json's `quantization_config`. `--layout modelopt` (NVFP4 only): `<prefix>.weight`,
 `<prefix>.weight_scale` and `<prefix>.weight_scale_2` (fp32 decode global scale,
 `w ~= e2m1 * weight_scale * weight_scale_2`), with `hf_quant_config.json` and config.json's
-`quantization_config`. Both configs list every linear left dense (and lm_head) as ignored.
-Everything else is copied unchanged. The weights a serving engine fuses into one layer (q/k/v,
-gate/up, each expert's w1/w3: _fused_groups.py) are quantized or left dense together, and with
-NVFP4 share one global scale, from the group's joint amax, across shards. Each shard's metadata
-names the format and every 2-D weight left dense, with the reason. Tensors stream through one at
-a time (a fused group at once): the next is read while the current one is quantized (on the GPU
-when there is one) and the previous one written, so memory holds a few tensors, never the model;
-the progress bar counts bytes and the end reports the wall time and GB/s. The output goes to a
-temporary sibling of DST and is renamed into place at the end, with the modes the umask gives.
-`load` reads a quantized file or directory (either layout) back.
+`quantization_config`. Both configs list as ignored exactly the linears left dense: every linear
+weight left unquantized, and lm_head unless it was quantized (a checkpoint without its weight ties
+it to the embeddings). Everything else is copied unchanged. An input already quantized (by fp4ops
+or another tool) is refused: its weights would pass through under our configs' label. The weights
+a serving engine fuses into one layer (q/k/v, gate/up, each expert's w1/w3: _fused_groups.py) are
+quantized or left dense together, and with NVFP4 share one global scale, from the group's joint
+amax, across shards. Each shard's metadata names the format and every 2-D weight left dense, with
+the reason. Tensors stream through one at a time (a fused group at once): the next is read while
+the current one is quantized (on the GPU when there is one) and the previous one written, so
+memory holds a few tensors, never the model; the progress bar counts bytes and the end reports
+the wall time and GB/s. The output goes to a temporary sibling of DST and is renamed into place at
+the end, with the modes the umask gives; a DST inside SRC gets no copy of itself or of that
+temporary folder. `load` reads a quantized file or directory (either layout) back: FP4 weights
+folded into FP4 tensors, every other tensor (other schemes' INT4 or FP8 weights included) as stored.
 """
 
 from __future__ import annotations
@@ -37,20 +41,20 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checkpoint_layouts import (LAYOUTS, TENSOR_SUFFIXES, compressed_tensors_config, compressed_tensors_global_scale,
-                                  decode_global_scale, modelopt_configs, quantized_entries, quantized_tensors,
-                                  unquantized_linears)
-from ._checks import check_format_scale_rule, skip_patterns
-from ._formats import FLOAT_DTYPES, FORMATS, NVFP4_SCALE_DTYPE, SCALE_RULES, global_scale_from_amax
+from ._checkpoint_layouts import (LAYOUTS, compressed_tensors_config, compressed_tensors_global_scale, modelopt_configs,
+                                  quantized_entries, quantized_tensors, unquantized_linears)
+# load, load_quantized and fold_quantized are this module's reading half, kept in their own file.
+from ._checkpoint_reading import (BLOCKS, INDEX_NAME, fold_quantized, input_shards, load, load_quantized,  # noqa: F401
+                                  refuse_quantized_input, stored_dtypes)
+from ._checks import check_format, check_format_scale_rule, skip_patterns
+from ._formats import FLOAT_DTYPES, SCALE_RULES, global_scale_from_amax
 from ._fused_groups import fused_groups, is_router
 from .demo import best_device, sqnr_db
 from .ops import amax as fp4ops_amax
 from .ops import quantize_mxfp4, quantize_nvfp4
 from ._safetensors_writer import SafetensorsWriter, item_size, torch_dtype
-from .tensor import MXFP4Tensor, NVFP4Tensor
 
 DEFAULT_SKIP = ("embed", "norm", "lm_head")
-BLOCKS = {name: block for name, (block, _) in FORMATS.items()}
 SCALE_SUFFIXES = ("weight_scale", "weight_scale_2", "weight_packed", "weight_global_scale")
 DEFAULT_LAYOUT = "compressed-tensors"
 
@@ -104,35 +108,35 @@ def plan(shapes: dict[str, tuple], dtypes: dict[str, torch.dtype], block: int, s
     return decision
 
 
-INDEX_NAME = "model.safetensors.index.json"
-
-
 def _refuse_to_overwrite(src: str, dst: str) -> None:
     same = os.path.abspath(src) == os.path.abspath(dst) or (os.path.exists(dst) and os.path.samefile(src, dst))
     if same:
         raise ValueError(f"dst: {dst!r} is the input checkpoint; refusing to overwrite it")
 
 
-def _input_shards(src: str) -> tuple[dict[str, str], dict | None]:
-    """{shard file name: path} of a .safetensors file or a model directory, and the directory's
-    index (None without one)."""
-    if os.path.isfile(src):
-        return {os.path.basename(src): src}, None
-    index_path = os.path.join(src, INDEX_NAME)
-    if os.path.isfile(index_path):
-        with open(index_path) as f:
-            index = json.load(f)
-        return {name: os.path.join(src, name) for name in sorted(set(index["weight_map"].values()))}, index
-    files = sorted(name for name in os.listdir(src) if name.endswith(".safetensors"))
-    if not files:
-        raise ValueError(f"src: no .safetensors file in the directory {src!r}")
-    return {name: os.path.join(src, name) for name in files}, None
+def _check_device(device) -> None:
+    """cpu or a CUDA GPU this machine has: where the quantize kernels run (a meta tensor, for one,
+    holds no values to quantize)."""
+    try:
+        chosen = torch.device(device)
+    except (TypeError, RuntimeError):
+        raise ValueError(f"device: expected a device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}") from None
+    if chosen.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or a CUDA device such as 'cuda:1', got {device!r}")
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise ValueError(f"device: {device!r} asked for, but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+
+
+def _is_inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path != folder and os.path.commonpath([path, folder]) == folder
 
 
 def _check_arguments(src: str, dst: str, format: str, layout: str, skip, scale_rule, device, force: bool) -> None:
     """Every bad invocation fails here, before any work, with one line naming the argument."""
-    if format not in BLOCKS:
-        raise ValueError(f"format: expected 'nvfp4' or 'mxfp4', got {format!r}")
+    check_format(format)
     check_format_scale_rule(format, scale_rule)
     skip_patterns(skip)
     if layout not in LAYOUTS:
@@ -142,13 +146,10 @@ def _check_arguments(src: str, dst: str, format: str, layout: str, skip, scale_r
     if not os.path.exists(src):
         raise ValueError(f"src: no such file or directory: {src!r}")
     _refuse_to_overwrite(src, dst)
+    if os.path.isdir(dst) and _is_inside(src, dst):  # dst is replaced as a whole at the end
+        raise ValueError(f"dst: {dst!r} holds the input {src!r}; replacing it would delete the input")
     if device is not None:
-        try:
-            device_type = torch.device(device).type
-        except (TypeError, RuntimeError):
-            raise ValueError(f"device: expected a device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}") from None
-        if device_type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available")
+        _check_device(device)
     parent = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(parent):
         raise ValueError(f"dst: the folder {parent!r} does not exist")
@@ -201,7 +202,8 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
 
     _check_arguments(src, dst, format, layout, skip, scale_rule, device, force)
     started = time.perf_counter()
-    shards, index = _input_shards(src)
+    shards, index = input_shards(src)
+    refuse_quantized_input(src, stored_dtypes(shards))
     to_directory = os.path.isdir(src) or not dst.endswith(".safetensors")
     device = torch.device(device) if device is not None else best_device()
     try:
@@ -210,15 +212,11 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
         raise ValueError(f"dst: cannot write in {os.path.dirname(os.path.abspath(dst))!r}: {error.strerror}") from None
     try:
         run = _quantize_shards(shards, work, format, layout, skip, scale_rule, device, progress, log)
-        weight_map, dense = run.weight_map, run.dense
+        weight_map = run.weight_map
         if os.path.isdir(src):
-            for entry in sorted(os.listdir(src)):
-                path = os.path.join(src, entry)
-                if entry.endswith(".safetensors") or entry == INDEX_NAME:
-                    continue
-                (shutil.copytree if os.path.isdir(path) else shutil.copy2)(path, os.path.join(work, entry))
+            _copy_other_files(src, work, dst)
         if to_directory:
-            _write_configs(work, format, layout, dense)
+            _write_configs(work, format, layout, run.dense, {report.name for report in run.reports})
         if index is not None:
             total = sum(os.path.getsize(os.path.join(work, name)) for name in set(weight_map.values()))
             new_index = {**index, "metadata": {**index.get("metadata", {}), "total_size": total}, "weight_map": weight_map}
@@ -241,13 +239,36 @@ def quantize_checkpoint(src: str, dst: str, format: str = "nvfp4", *, layout: st
     return run.reports
 
 
-def _write_configs(out_dir: str, format: str, layout: str, dense: dict[str, str]) -> None:
+def _copy_other_files(src: str, work: str, dst: str) -> None:
+    """Every file and folder of the model directory src but its shards and index, into work. Where
+    the output sits inside src (`quantize m m/q`), its own paths are left out at any depth: the work
+    folder and dst (an earlier output that --force replaces), so that no output holds a copy of
+    itself or of a temporary folder."""
+    import shutil
+
+    own = {os.path.realpath(work), os.path.realpath(dst)}
+
+    def outputs(folder: str, names: list[str]) -> list[str]:
+        return [name for name in names if os.path.realpath(os.path.join(folder, name)) in own]
+
+    for entry in sorted(os.listdir(src)):
+        path = os.path.join(src, entry)
+        if entry.endswith(".safetensors") or entry == INDEX_NAME or os.path.realpath(path) in own:
+            continue
+        if os.path.isdir(path):
+            shutil.copytree(path, os.path.join(work, entry), ignore=outputs)
+        else:
+            shutil.copy2(path, os.path.join(work, entry))
+
+
+def _write_configs(out_dir: str, format: str, layout: str, dense: dict[str, str], quantized: set[str]) -> None:
     """The layout's configs in out_dir: quantization_config added to a copied config.json, and for
-    ModelOpt hf_quant_config.json. Both name the modules an engine must leave dense."""
+    ModelOpt hf_quant_config.json. Both name the modules an engine must leave dense: `dense` (the
+    linear weights left dense) and lm_head unless `quantized` (the weights quantized) holds it."""
     import sys
 
     version = sys.modules[__package__].__version__  # the package is imported before its modules
-    ignore = unquantized_linears(dense)
+    ignore = unquantized_linears(dense, quantized)
     if layout == "modelopt":
         hf_quant_config, quantization_config = modelopt_configs(ignore, version)
         with open(os.path.join(out_dir, "hf_quant_config.json"), "w") as f:
@@ -381,72 +402,6 @@ def _quantize_shards(shards: dict[str, str], out_dir: str, format: str, layout: 
     return _ShardsRun(reports, weight_map, dense, sum(sizes.values()), bytes_written)
 
 
-def load_quantized(path: str, device="cpu") -> dict:
-    """A quantized .safetensors file (either layout) back as {name: tensor}, each quantized weight
-    as one NVFP4Tensor / MXFP4Tensor under its module's `weight` name (its scale tensors folded
-    in); other tensors as they are."""
-    from safetensors.torch import load_file
-
-    return fold_quantized(load_file(path, device=str(device)))
-
-
-def load(path: str, device="cpu") -> dict:
-    """A quantized checkpoint back as {name: tensor}: a .safetensors file or a model directory (all
-    its shards), in the compressed-tensors or ModelOpt layout, ours or another tool's. Each
-    quantized weight becomes one NVFP4Tensor / MXFP4Tensor under `<module>.weight`; every other
-    tensor (dense weights, biases, norms, another tool's input scales) is returned as stored."""
-    from safetensors.torch import load_file
-
-    if os.path.isdir(path):
-        shards, _ = _input_shards(path)
-        files = list(shards.values())
-    elif os.path.isfile(path):
-        files = [path]
-    else:
-        raise ValueError(f"path: no such file or directory: {path!r}")
-    raw: dict[str, torch.Tensor] = {}
-    for file in files:  # merged first: a weight's scales may sit in another shard
-        raw.update(load_file(file, device=str(device)))
-    return fold_quantized(raw)
-
-
-def _layout_of(raw: dict, prefix: str) -> str | None:
-    """Which layout holds the weight of module `prefix` (its name and a dot), None for a dense one."""
-    if prefix + "weight_packed" in raw and prefix + "weight_scale" in raw:
-        return "compressed-tensors"
-    if prefix + "weight" in raw and prefix + "weight_scale" in raw and raw[prefix + "weight"].dtype == torch.uint8:
-        return "modelopt"
-    return None
-
-
-def fold_quantized(raw: dict[str, torch.Tensor]) -> dict:
-    """{name: tensor} of either layout with each quantized weight folded into one NVFP4Tensor /
-    MXFP4Tensor under `<module>.weight`. compressed-tensors' reciprocal global scale becomes our
-    decode scale (the one whose bf16 decode equals compressed-tensors'); its uint8 E8M0 bytes
-    become E8M0 again (a view, never a value cast)."""
-    out, folded = {}, set()
-    for name in raw:
-        for suffix in ("weight_packed", "weight"):
-            if not name.endswith(suffix) or (name != suffix and not name.endswith("." + suffix)):
-                continue
-            prefix = name[: -len(suffix)]
-            layout = _layout_of(raw, prefix)
-            if layout is None or TENSOR_SUFFIXES[layout][0] != suffix:
-                continue
-            packed, scale_name, global_name = (prefix + s for s in TENSOR_SUFFIXES[layout])
-            scales = raw[scale_name]
-            if scales.dtype == NVFP4_SCALE_DTYPE:
-                g = raw[global_name]
-                g = decode_global_scale(g).to(g.device) if layout == "compressed-tensors" else g.reshape(())
-                out[prefix + "weight"] = NVFP4Tensor(raw[packed], scales, g)
-            else:
-                out[prefix + "weight"] = MXFP4Tensor(raw[packed], scales.view(torch.float8_e8m0fnu))
-            folded.update(n for n in (packed, scale_name, global_name) if n in raw)
-            break
-    out.update({name: tensor for name, tensor in raw.items() if name not in folded and name not in out})
-    return out
-
-
 def print_report(reports: list[TensorReport], plot_path: str | None) -> None:
     """The per-tensor SQNR table (worst first) and, if asked, a PNG histogram of it."""
     from tabulate import tabulate
@@ -494,7 +449,8 @@ def main(argv=None) -> None:
                         help="tensor names and configs: compressed-tensors (NVFP4, MXFP4) or modelopt (NVFP4 only)")
     parser.add_argument("--scale-rule", choices=list(SCALE_RULES), default="floor", help="MXFP4 only")
     parser.add_argument("--skip", nargs="*", default=list(DEFAULT_SKIP),
-                        help="name substrings to leave unquantized (default: %(default)s); never splits a fused group")
+                        help="name substrings to leave unquantized; the patterns given replace the default ones "
+                             "(%(default)s), so repeat those to keep them; never splits a fused group")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the best one present)")
     parser.add_argument("--force", action="store_true", help="replace an existing, non-empty dst")
     parser.add_argument("--plot", default=None, help="PNG histogram of the SQNRs (default: DST + '.sqnr.png')")
