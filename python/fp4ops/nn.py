@@ -30,7 +30,8 @@ class FP4Linear(nn.Module):
     matmul, unless `batch_invariant` is True (constructor argument or attribute, settable any
     time), which keeps them on the kernel family in row chunks. An fp32 input keeps fp32
     throughout: the weight is dequantized to fp32 for torch.nn.functional.linear (fp4ops.linear
-    takes fp16/bf16 or FP4 activations). Every path is within SPEC 5's bound of the exact product
+    takes fp16/bf16 or FP4 activations), whose rows may depend on the batch, so with
+    batch_invariant set an fp32 input is refused. Every path is within SPEC 5's bound of the exact product
     with the dequantized weight."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, format: str = "nvfp4",
