@@ -130,3 +130,31 @@ def test_e8m0_scale_rules_over_random_fp32_maxima(scale_rule):
     q = fp4ops.quantize_mxfp4(blocks, scale_rule=scale_rule)
     _, scales = reference.quantize_mxfp4(blocks, scale_rule)
     assert_same_bytes(q.scales, scales, "scales")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("shape", [(5, 64), (64,), (2, 3, 64), (130, 64)], ids=str)
+def test_reference_dequantize_exact_reads_either_scale_layout(fmt, shape):
+    """The float64 reference (and the GEMV and linear references built on it) takes what the
+    product takes: swizzled scales are undone first, a 1-D tensor's included."""
+    x = torch.randn(shape)
+    quantize = fp4ops.quantize_nvfp4 if fmt == "nvfp4" else fp4ops.quantize_mxfp4
+    linear, swizzled = quantize(x), quantize(x, scale_layout="swizzled")
+    expected = reference.dequantize_exact(linear)
+    assert expected.shape == shape
+    assert_exact(reference.dequantize_exact(swizzled), expected)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: reference.cast_to_e2m1(torch.tensor([[1.0, 2.0, 3.0]])), "x: expected the last dimension to be even"),
+    (lambda: reference.quantize_nvfp4(torch.randn(0, 24)), "x: expected the last dimension to be a multiple of 16"),
+    (lambda: reference.quantize_mxfp4(torch.randn(2, 48)), "x: expected the last dimension to be a multiple of 32"),
+    (lambda: reference.unswizzle_scales(fp4ops.quantize_nvfp4(torch.randn(3, 64), scale_layout="swizzled").scales,
+                                        200, 4), "scales: expected the swizzled shape [..., 256, 4]"),
+])
+def test_reference_refuses_what_the_product_refuses(call, message):
+    """The reference's public functions refuse a K the block does not divide (and swizzled scales
+    of another size) instead of pairing codes or blocks across it."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert message in str(info.value)

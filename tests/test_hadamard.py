@@ -62,6 +62,12 @@ def test_rotated_gemv_through_nvfp4_equals_the_unrotated_product_with_the_quanti
     assert sqnr_db(w, w_back) > 15.0
 
 
+def test_rht_of_no_rows_is_no_rows():
+    for shape in [(0, 16), (2, 0, 32)]:
+        x = torch.randn(shape)
+        assert reference.rht(x).shape == shape and reference.inverse_rht(x).shape == shape
+
+
 def test_rht_rejects_a_last_dimension_not_a_multiple_of_16():
     with pytest.raises(ValueError, match="x: expected the last dimension to be a multiple of 16, got 24"):
         reference.rht(torch.randn(2, 24))

@@ -48,6 +48,8 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
 
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """[..., K] codes -> [..., K/2] bytes, element 2i in the low nibble."""
+    if codes.shape[-1] % 2:
+        raise ValueError(f"x: expected the last dimension to be even (two E2M1 codes a byte), got {codes.shape[-1]}")
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
 
 
@@ -88,6 +90,8 @@ def divide(a: torch.Tensor, divisor: float) -> torch.Tensor:
 
 def as_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     """x [..., K] as fp32 blocks [..., K/block, block]."""
+    if x.shape[-1] % block:
+        raise ValueError(f"x: expected the last dimension to be a multiple of {block} (the block), got {x.shape[-1]}")
     return x.float().reshape(*x.shape[:-1], x.shape[-1] // block, block)
 
 

@@ -97,15 +97,26 @@ def cast_from_e2m1(data: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
 # GEMV (SPEC 5)
 
 
+def _linear_scales(q, block: int) -> torch.Tensor:
+    """q's scale codes [..., K/block]: as stored, or SPEC 4's swizzled layout undone (rows of a
+    1-D tensor: one)."""
+    if q.scale_layout != "swizzled":
+        return q.scales
+    cols = q.data.shape[-1] * 2 // block
+    linear = unswizzle_scales(q.scales, q.data.shape[-2] if q.data.dim() >= 2 else 1, cols)
+    return linear.reshape(*q.data.shape[:-1], cols)
+
+
 def dequantize_exact(q) -> torch.Tensor:
-    """An NVFP4Tensor/MXFP4Tensor as float64, exactly (every product of codes and scales fits)."""
+    """An NVFP4Tensor/MXFP4Tensor (either scale layout) as float64, exactly (every product of
+    codes and scales fits)."""
     values = e2m1_decode(unpack_e2m1(q.data)).double()
-    if q.scales.dtype == torch.float8_e4m3fn:
-        factor = e4m3_decode(q.scales).double() * q.global_scale.double()
-        block = NVFP4_BLOCK
+    block = NVFP4_BLOCK if q.scales.dtype == torch.float8_e4m3fn else MXFP4_BLOCK
+    scales = _linear_scales(q, block)
+    if block == NVFP4_BLOCK:
+        factor = e4m3_decode(scales).double() * q.global_scale.double()
     else:
-        factor = e8m0_decode(q.scales).double()
-        block = MXFP4_BLOCK
+        factor = e8m0_decode(scales).double()
     blocks = values.reshape(*values.shape[:-1], values.shape[-1] // block, block)
     return (blocks * factor.unsqueeze(-1)).flatten(-2)
 
@@ -182,6 +193,10 @@ def swizzle_scales(scales: torch.Tensor) -> torch.Tensor:
 def unswizzle_scales(scales: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """The inverse of swizzle_scales: [..., padded rows, padded cols] -> [..., rows, cols]."""
     *lead, padded_rows, padded_cols = scales.shape
+    expected = (-(-rows // 128) * 128, -(-cols // 4) * 4)
+    if (padded_rows, padded_cols) != expected:
+        raise ValueError(f"scales: expected the swizzled shape [..., {expected[0]}, {expected[1]}] for rows = {rows}, "
+                         f"cols = {cols}, got {tuple(scales.shape)}")
     n = len(lead)
     atoms = scales.view(torch.uint8).reshape(*lead, padded_rows // 128, padded_cols // 4, 32, 4, 4)
     atoms = atoms.permute(*range(n), n, n + 3, n + 2, n + 1, n + 4)
@@ -405,7 +420,7 @@ def rht(x: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
     if x.shape[-1] % RHT_DIM:
         raise ValueError(f"x: expected the last dimension to be a multiple of {RHT_DIM}, got {x.shape[-1]}")
     h = rht_matrix(signs if signs is not None else rht_signs(device=x.device))
-    groups = x.double().reshape(*x.shape[:-1], -1, RHT_DIM)
+    groups = x.double().reshape(*x.shape[:-1], x.shape[-1] // RHT_DIM, RHT_DIM)  # no -1: zero rows
     return (groups @ h).reshape(x.shape).to(x.dtype)
 
 
@@ -414,5 +429,5 @@ def inverse_rht(y: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Ten
     if y.shape[-1] % RHT_DIM:
         raise ValueError(f"y: expected the last dimension to be a multiple of {RHT_DIM}, got {y.shape[-1]}")
     h = rht_matrix(signs if signs is not None else rht_signs(device=y.device))
-    groups = y.double().reshape(*y.shape[:-1], -1, RHT_DIM)
+    groups = y.double().reshape(*y.shape[:-1], y.shape[-1] // RHT_DIM, RHT_DIM)  # no -1: zero rows
     return (groups @ h.T).reshape(y.shape).to(y.dtype)
