@@ -192,7 +192,7 @@ def test_state_dict_codes_stored_as_bytes_load_as_codes(fmt, stored_as):
     if stored_as == "uint8":
         state["weight_scale"] = state["weight_scale"].view(torch.uint8).clone()
     else:
-        state["weight"] = state["weight"].view(torch.float4_e2m1fn_x2).clone()
+        state["weight"] = state["weight"].clone().view(torch.float4_e2m1fn_x2)
     fresh = FP4Linear(64, 32, format=fmt)
     fresh.load_state_dict(state)
     for name, buffer in fp4.named_buffers():
