@@ -172,6 +172,30 @@ def test_amax_of_large_tensors_with_non_finite_elements_matches_cpu(dtype):
         assert_exact(fp4ops.amax(v.cuda()), fp4ops.amax(v))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_amax_of_small_tensors_is_one_block_on_each_side_of_its_bound(dtype):
+    """amax of at most 32 KB is one launch of one block that writes the result itself (no zeroing
+    launch, no atomic): bit for bit the CPU kernel on each side of that bound, 16-byte aligned and
+    not, with NaN, +-Inf and the largest finite magnitude at random places; one kernel at or below
+    the bound, the zeroing kernel and the grid above it."""
+    bound = 32 * 1024 // torch.empty((), dtype=dtype).element_size()
+    for numel in (0, 1, 7, 4096, bound - 9, bound, bound + 1, 2 * bound):
+        x = torch.randn(numel + 1) * 100
+        if numel > 8:
+            x[torch.randint(0, numel + 1, (3,))] = float("nan")
+            x[torch.randint(0, numel + 1, (2,))] = float("inf")
+            x[torch.randint(0, numel + 1, ())] = -float("inf")
+            x[torch.randint(0, numel + 1, ())] = -60000.0  # finite in fp16 and bf16
+        on_gpu = x.to(dtype).cuda()
+        for view in (on_gpu[:numel], on_gpu[1:]):  # 16-byte aligned, then 2 or 4 bytes past
+            assert_exact(fp4ops.amax(view), fp4ops.amax(view.cpu()))
+        names = fp4ops_kernels_launched(lambda: fp4ops.amax(on_gpu[:numel]))
+        if numel <= bound:
+            assert len(names) == 1 and "amax_single_block_kernel" in names[0], (numel, names)
+        else:
+            assert len(names) == 2 and "zero_words" in names[0] and "amax_kernel" in names[1], (numel, names)
+
+
 def test_amax_output_word_is_zeroed_before_the_blocks_add_to_it():
     """The amax kernel starts behind the kernel that zeroes its output word (programmatic
     dependent launch) and must wait for it before its atomics: with freed outputs reused by

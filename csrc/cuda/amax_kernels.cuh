@@ -114,4 +114,17 @@ __global__ void amax_kernel(const T* __restrict__ x, int64_t numel, uint32_t* __
   if (threadIdx.x == 0 && m != 0) atomicMax(out_bits, m);
 }
 
+// amax of an input one thread block reads in one or two steps (quantize.cu's bound): the block's
+// max is the amax, written by thread 0, so one launch does the whole op, with no word to zero and
+// no atomic (a decode step's activations). A programmatic dependent of the kernel before it
+// (launch_dependent), which may write x: it waits before reading.
+template <typename T, bool kAligned>
+__global__ void amax_single_block_kernel(const T* __restrict__ x, int64_t numel, float* __restrict__ out) {
+  let_dependents_launch();
+  wait_for_primary_grid();
+  __shared__ uint32_t scratch[32];
+  const uint32_t m = block_reduce_max(thread_finite_max_bits<T, kAligned>(x, numel, threadIdx.x, blockDim.x), scratch);
+  if (threadIdx.x == 0) *out = __uint_as_float(m);
+}
+
 }  // namespace fp4ops::cuda

@@ -26,20 +26,30 @@ constexpr int kClusterQuantizeThreads = 256;
 constexpr int64_t kSingleBlockMaxNumel = 1 << 16;
 constexpr int kSingleBlockThreads = 1024;
 
-// amax of `input` (contiguous) into the fp32 scalar `out`: zero_words_kernel zeroes it and the
-// amax kernel runs as its programmatic dependent.
+// amax of at most this many bytes runs as one launch of one block (amax_single_block_kernel), whose
+// 1024 threads take every group of eight elements in one step of two groups: up to 16384 16-bit
+// elements (four rows of 4096), where a decode step's zeroing launch cost more than the reads.
+constexpr int64_t kAmaxSingleBlockMaxBytes = 32 * 1024;
+
+// amax of `input` (contiguous) into the fp32 scalar `out`: one block for small inputs; else
+// zero_words_kernel zeroes it and the amax kernel runs as its programmatic dependent.
 void launch_amax(const at::Tensor& input, at::Tensor& out, cudaStream_t stream) {
-  uint32_t* out_bits = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
-  zero_words_kernel<<<1, 1, 0, stream>>>(out_bits, 1);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t numel = input.numel();
-  if (numel == 0) return;
   dispatch_float_type(input.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.const_data_ptr());
-    const unsigned grid = grid_for(numel / 8 + 1, kThreads);
     with_bool(is_aligned(x, 16), [&](auto aligned) {
-      launch_dependent(amax_kernel<T, decltype(aligned)::value>, grid, kThreads, stream, x, numel, out_bits);
+      constexpr bool kAligned = decltype(aligned)::value;
+      if (numel * static_cast<int64_t>(sizeof(T)) <= kAmaxSingleBlockMaxBytes) {
+        launch_dependent(amax_single_block_kernel<T, kAligned>, 1, kSingleBlockThreads, stream, x, numel,
+                         out.mutable_data_ptr<float>());
+        return;
+      }
+      uint32_t* out_bits = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
+      zero_words_kernel<<<1, 1, 0, stream>>>(out_bits, 1);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      const unsigned grid = grid_for(numel / 8 + 1, kThreads);
+      launch_dependent(amax_kernel<T, kAligned>, grid, kThreads, stream, x, numel, out_bits);
     });
   });
 }
