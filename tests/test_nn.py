@@ -217,6 +217,72 @@ def test_swizzled_weights_load_as_linear_scales(fmt):
     assert torch.equal(layer.weight, q.data)
 
 
+@pytest.mark.parametrize("assign", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_16_bit_global_scale_loads_widened_to_float32(dtype, assign):
+    """A global scale saved in 16 bits widens exactly, also with assign=True (meta-device
+    loading), which keeps the state dict's tensor instead of copying into the buffer."""
+    fp4 = FP4Linear.from_linear(nn.Linear(64, 32), "nvfp4")
+    state = fp4.state_dict()
+    state["weight_scale_2"] = torch.tensor(0.75).to(dtype)
+    fresh = FP4Linear(64, 32, format="nvfp4")
+    fresh.load_state_dict(state, assign=assign)
+    assert fresh.weight_scale_2.dtype == torch.float32 and fresh.weight_scale_2.item() == 0.75
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    assert fresh(x).shape == (3, 32)
+
+
+def test_load_quantized_weight_takes_a_float_global_scale_and_refuses_meta_buffers():
+    q = fp4ops.quantize_nvfp4(torch.randn(32, 64))
+    as_float = fp4ops.NVFP4Tensor(q.data, q.scales, q.global_scale.item())
+    layer = FP4Linear(64, 32, format="nvfp4")
+    layer.load_quantized_weight(as_float)
+    assert same_bits(layer.weight_scale_2, q.global_scale.reshape(()))
+    with torch.device("meta"):
+        on_meta = FP4Linear(64, 32, format="nvfp4")
+    with pytest.raises(ValueError, match="q: this layer's buffers are on the meta device"):
+        on_meta.load_quantized_weight(q)
+
+
+@pytest.mark.parametrize("bias_in_checkpoint", [True, False])
+def test_replace_linears_from_a_checkpoint_on_a_meta_model_holds_the_codes(tmp_path, bias_in_checkpoint):
+    """A model built on the meta device (no memory for dense weights) takes its FP4 layers on the
+    checkpoint's device, holding its codes; a bias the checkpoint lacks cannot come from meta."""
+    def model():
+        m = nn.Sequential()
+        m.add_module("up", nn.Linear(64, 96))
+        m.add_module("down", nn.Linear(96, 32))
+        return m.to(torch.bfloat16)
+    source = model()
+    replace_linears(source, "nvfp4", skip=())
+    state = source.state_dict()
+    if not bias_in_checkpoint:
+        del state["down.bias"]
+    with torch.device("meta"):
+        target = model()
+    if not bias_in_checkpoint:
+        with pytest.raises(ValueError, match="down.bias is missing and the module's bias is on the meta device"):
+            replace_linears(target, checkpoint=state_as_checkpoint(state))
+        return
+    assert replace_linears(target, checkpoint=state_as_checkpoint(state)) == ["up", "down"]
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert same_bits(target(x), source(x))
+
+
+def state_as_checkpoint(state: dict) -> dict:
+    """An FP4Linear model's state dict as fp4ops.checkpoint.load returns a checkpoint: each
+    layer's weight an NVFP4Tensor, its bias a tensor."""
+    out = {}
+    for key, value in state.items():
+        if key.endswith(".weight"):
+            layer = key[: -len(".weight")]
+            out[key] = fp4ops.NVFP4Tensor(value, state[f"{layer}.weight_scale"], state[f"{layer}.weight_scale_2"])
+        elif key.endswith(".bias"):
+            out[key] = value
+    return out
+
+
 def test_a_string_skip_is_one_pattern():
     model = nn.Sequential()
     model.add_module("q_proj", nn.Linear(64, 64))

@@ -606,6 +606,21 @@ def test_inputs_that_require_grad(device, format):
         assert_same_bytes(a.reshape(-1), b.reshape(-1), f"output {i}")
 
 
+def test_a_residual_stream_that_requires_grad_is_refused_by_name():
+    """With a residual the op returns the new residual stream, a float tensor whose gradient a
+    caller could expect: an x or residual that requires grad is refused (the op has no backward)
+    rather than the stream's gradient cut silently. Without a residual nothing float is returned."""
+    x, weight = op_input("rms_norm_quantize", (3, 48), torch.bfloat16, "cpu")
+    r = random_input(x.shape, torch.bfloat16, "cpu")
+    with pytest.raises(RuntimeError, match="x: requires grad, but fp4ops.rms_norm_quantize"):
+        fp4ops.rms_norm_quantize(x.clone().requires_grad_(), weight, residual=r)
+    with pytest.raises(RuntimeError, match="residual: requires grad, but fp4ops.rms_norm_quantize"):
+        fp4ops.rms_norm_quantize(x, weight, residual=r.clone().requires_grad_())
+    with torch.no_grad():
+        fp4ops.rms_norm_quantize(x.clone().requires_grad_(), weight, residual=r)
+    fp4ops.rms_norm_quantize(x.clone().requires_grad_(), weight)
+
+
 # ----------------------------------------------------------------------------------------------
 # Shapes and strides
 

@@ -12,7 +12,8 @@ import os
 import torch
 from torch import nn
 
-from ._checks import check_float_input, check_format, check_format_scale_rule, check_quantized, skip_patterns
+from ._checks import (check_float_input, check_format, check_format_scale_rule, check_quantized, decode_global_scale,
+                      skip_patterns)
 from ._formats import FORMATS
 from .linear import as_rows, linear, with_leading_dims
 from .ops import quantize_mxfp4, quantize_nvfp4
@@ -90,11 +91,14 @@ class FP4Linear(nn.Module):
         check_quantized(q, "q")  # scales of another shape would broadcast in copy_
         if tuple(q.shape) != (self.out_features, self.in_features):
             raise ValueError(f"q: expected shape {(self.out_features, self.in_features)}, got {tuple(q.shape)}")
+        if self.weight.is_meta and not q.data.is_meta:
+            raise ValueError("q: this layer's buffers are on the meta device, where a copy keeps nothing; "
+                             "allocate them first (module.to_empty(device=...))")
         q = q.with_scale_layout("linear")
         self.weight.copy_(q.data)
         self.weight_scale.copy_(q.scales)
         if self.weight_scale_2 is not None:
-            self.weight_scale_2.copy_(q.global_scale.reshape(()))
+            self.weight_scale_2.copy_(decode_global_scale(q, "q.global_scale").reshape(()))
 
     def _apply(self, fn, recurse=True):
         # Module.to(dtype), .half(), .float(), ... convert every floating-point buffer, and float8
@@ -125,7 +129,9 @@ class FP4Linear(nn.Module):
             as_bytes = value.dtype == torch.uint8 or (value.dtype == torch.float4_e2m1fn_x2 and buffer.dtype == torch.uint8)
             if as_bytes and buffer.dtype.itemsize == 1:
                 state_dict[key] = value.view(buffer.dtype)
-            elif not (buffer.dtype == torch.float32 and value.dtype in (torch.float16, torch.bfloat16)):
+            elif buffer.dtype == torch.float32 and value.dtype in (torch.float16, torch.bfloat16):
+                state_dict[key] = value.float()  # widened here: load_state_dict(assign=True) keeps the tensor
+            else:
                 error_msgs.append(f"{key}: expected {buffer.dtype} (codes may come as their bytes), got {value.dtype}: "
                                   f"FP4 codes and scales are not converted by value")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -227,8 +233,14 @@ def _replace_from_checkpoint(module: nn.Module, checkpoint) -> list[str]:
                              f"[{leaf.out_features}, {leaf.in_features}]")
         bias = tensors.get(f"{qualified}.bias", leaf.bias)
         _check_checkpoint_bias(bias, f"{qualified}.bias", leaf.out_features)
+        # A model built on the meta device (no memory for its dense weights) takes the layer on the
+        # checkpoint's device: copied into meta buffers, the codes would be dropped.
+        device = q.data.device if leaf.weight.is_meta else leaf.weight.device
+        if bias is not None and bias.is_meta and device.type != "meta":
+            raise ValueError(f"checkpoint: {qualified}.bias is missing and the module's bias is on the meta device "
+                             f"(it holds no values)")
         fp4 = FP4Linear(leaf.in_features, leaf.out_features, bias is not None,
-                        format="nvfp4" if isinstance(q, NVFP4Tensor) else "mxfp4", device=leaf.weight.device,
+                        format="nvfp4" if isinstance(q, NVFP4Tensor) else "mxfp4", device=device,
                         dtype=bias.dtype if bias is not None else leaf.weight.dtype)
         fp4.load_quantized_weight(q)  # copy_ moves the codes and scales to the module's device
         if bias is not None:

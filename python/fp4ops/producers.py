@@ -12,8 +12,8 @@ import numbers
 
 import torch
 
-from ._checks import (check_float_input, check_format, check_format_scale_rule, check_same_device, check_scale_layout, check_tensor,
-                      global_scale_tensor, without_grad)
+from ._checks import (check_float_input, check_format, check_format_scale_rule, check_no_grad, check_same_device,
+                      check_scale_layout, check_tensor, global_scale_tensor, without_grad)
 from ._formats import FORMATS
 from .tensor import MXFP4Tensor, NVFP4Tensor
 
@@ -82,6 +82,10 @@ def rms_norm_quantize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, 
         if residual.shape != x.shape:
             raise ValueError(f"residual: expected shape {tuple(x.shape)} (x's shape), got {tuple(residual.shape)}")
         check_same_device(residual, x, "residual", "x")
+        # The new residual stream is a float output that a caller could expect gradients through;
+        # the op has no backward, so refuse rather than cut the stream's gradient silently.
+        check_no_grad(x, "x", "rms_norm_quantize (with a residual)")
+        check_no_grad(residual, "residual", "rms_norm_quantize")
     data, scales, g_out, new_residual, _ = torch.ops.fp4ops.rms_norm_quantize(
         without_grad(x), without_grad(weight), float(eps), without_grad(residual), format, without_grad(g), scale_rule,
         scale_layout, False)
