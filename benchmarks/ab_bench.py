@@ -44,7 +44,7 @@ What it does:
    likely end past it (the longest run so far as the estimate) and summarizes what it has.
 
 Alternating the sides in one session on one GPU is what makes a few points of difference
-readable: runs on other days or machines move by as much (docs/performance.md, "Method notes").
+readable: runs on other days or machines move by as much (docs/notebook/performance-log.md, "Method notes").
 """
 
 from __future__ import annotations
